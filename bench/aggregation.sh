@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Aggregation benchmarks, in one run:
+#  1. FedAvg fold throughput next to a plain streaming read of the same bytes
+#     (Google Benchmark, bench/fedavg_bench.cc);
+#  2. peak RSS of the coordinator during a round of the seed CNN (1.2M parameters,
+#     4.8 MB) with 10 and with 100 clients pushing over gRPC at once from another process
+#     (bench/push_load.cc).
+# Last line: fold_vs_read=<ratio> rss_mb_10=<MB> rss_mb_100=<MB>
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build="${BUILD_DIR:-build}"
+if [ ! -x "$build/bench/fedavg_bench" ] || [ ! -x "$build/server/fedlearn-coordinator" ]; then
+  scripts/build.sh Release >/dev/null
+fi
+ninja -C "$build" fedavg_bench push_load fedlearn-coordinator >/dev/null
+
+tmp=$(mktemp -d)
+coordinator_pid=""
+cleanup() {
+  [ -n "$coordinator_pid" ] && kill "$coordinator_pid" 2>/dev/null || true
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+echo "== FedAvg fold vs streaming read (bytes of update data per second)"
+"$build/bench/fedavg_bench" --benchmark_repetitions=5 --benchmark_report_aggregates_only=true \
+  --benchmark_out="$tmp/fold.json" --benchmark_out_format=json
+fold_vs_read=$(/usr/bin/python3 - "$tmp/fold.json" <<'PY'
+import json, sys
+runs = json.load(open(sys.argv[1]))["benchmarks"]
+median = {r["run_name"]: r["bytes_per_second"] for r in runs if r.get("aggregate_name") == "median"}
+read, fold = median["BM_StreamingRead"], median["BM_FedAvgFold"]
+print(f"read {read/1e9:.1f} GB/s, fold {fold/1e9:.1f} GB/s", file=sys.stderr)
+print(f"{fold / read:.2f}")
+PY
+)
+
+peak_rss() {  # clients -> peak RSS of the coordinator in MB
+  local clients=$1 log="$tmp/coordinator-$1.log"
+  "$build/server/fedlearn-coordinator" --port=0 --bind=127.0.0.1 --model=mnist_cnn \
+    --min_clients="$clients" --clients_per_round="$clients" --tolerance=0 --max_rounds=1 \
+    --round_timeout=5m --eval_timeout=5m --done_grace=30s 2>"$log" &
+  coordinator_pid=$!
+  local port=""
+  for _ in $(seq 1 100); do
+    port=$(sed -n 's/.*listening on .* (port \([0-9]*\)).*/\1/p' "$log")
+    [ -n "$port" ] && break
+    sleep 0.1
+  done
+  [ -n "$port" ] || { echo "coordinator did not start:" >&2; cat "$log" >&2; exit 1; }
+  "$build/bench/push_load" --coordinator="127.0.0.1:$port" --clients="$clients" >&2
+  wait "$coordinator_pid"
+  coordinator_pid=""
+  grep -o 'peak RSS [0-9.]* MB' "$log" | awk '{print $3}'
+}
+
+echo "== Coordinator peak RSS, one round of mnist_cnn (4.8 MB), all clients pushing at once"
+rss10=$(peak_rss 10)
+echo "10 clients: peak RSS ${rss10} MB"
+rss100=$(peak_rss 100)
+echo "100 clients: peak RSS ${rss100} MB"
+echo "fold_vs_read=${fold_vs_read} rss_mb_10=${rss10} rss_mb_100=${rss100}"

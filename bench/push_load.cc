@@ -1,0 +1,142 @@
+// push_load: N clients in one process, each with its own connection, that join
+// a coordinator, take their TRAIN task, wait until every one of them has its
+// weights, then push their updates all at once; then evaluate and exit on DONE.
+// It is the load for the coordinator memory benchmark (bench/aggregation.sh).
+
+#include <grpcpp/create_channel.h>
+
+#include <atomic>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "client/coordinator_client.h"
+
+ABSL_FLAG(std::string, coordinator, "127.0.0.1:50051", "coordinator address");
+ABSL_FLAG(int, clients, 10, "number of clients");
+ABSL_FLAG(int, chunk_bytes, 64 << 10, "payload bytes per pushed chunk");
+
+namespace fedlearn {
+namespace {
+
+// Releases everyone once `n` have arrived.
+class Barrier {
+ public:
+  explicit Barrier(int n) : remaining_(n) {}
+  void ArriveAndWait() {
+    absl::MutexLock lock(&mu_);
+    --remaining_;
+    auto all = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return remaining_ <= 0;
+    };
+    mu_.Await(absl::Condition(&all));
+  }
+
+ private:
+  absl::Mutex mu_;
+  int remaining_ ABSL_GUARDED_BY(mu_);
+};
+
+int Run() {
+  const int n = absl::GetFlag(FLAGS_clients);
+  Barrier weights_in_hand(n);
+  std::atomic<int> failures{0};
+  std::atomic<int64_t> pushed_bytes{0};
+  absl::Mutex mu;
+  absl::Time first_push = absl::InfiniteFuture(),
+             last_push = absl::InfinitePast();
+
+  auto agent = [&](int index) {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL,
+                1);  // a connection per client
+    args.SetMaxReceiveMessageSize(4 << 20);
+    CoordinatorClient client(
+        grpc::CreateCustomChannel(absl::GetFlag(FLAGS_coordinator),
+                                  grpc::InsecureChannelCredentials(), args),
+        static_cast<size_t>(absl::GetFlag(FLAGS_chunk_bytes)));
+    v1::JoinRequest join;
+    join.set_display_name(absl::StrCat("load-", index));
+    if (auto joined = client.Join(join); !joined.ok()) {
+      std::fprintf(stderr, "client %d: join: %s\n", index,
+                   joined.status().ToString().c_str());
+      ++failures;
+      weights_in_hand.ArriveAndWait();
+      return;
+    }
+    bool trained = false;
+    for (;;) {
+      auto task = client.RequestUpdate(absl::Seconds(10));
+      if (!task.ok()) {
+        std::fprintf(stderr, "%s: poll: %s\n", client.client_id().c_str(),
+                     task.status().ToString().c_str());
+        ++failures;
+        if (!trained) weights_in_hand.ArriveAndWait();
+        return;
+      }
+      switch (task->task.type()) {
+        case v1::TASK_TYPE_TRAIN: {
+          std::vector<float> delta(task->weights.size(), 1e-3f * (index % 7));
+          if (!trained) weights_in_hand.ArriveAndWait();
+          trained = true;
+          const absl::Time start = absl::Now();
+          v1::UpdateHeader header;
+          header.set_round(task->task.round());
+          header.set_num_examples(100);
+          header.set_train_loss(1.0);
+          auto pushed = client.PushUpdate(header, delta);
+          const absl::Time end = absl::Now();
+          if (!pushed.ok()) {
+            std::fprintf(stderr, "%s: push: %s\n", client.client_id().c_str(),
+                         pushed.status().ToString().c_str());
+            ++failures;
+          } else {
+            pushed_bytes += static_cast<int64_t>(delta.size() * sizeof(float));
+          }
+          absl::MutexLock lock(&mu);
+          first_push = std::min(first_push, start);
+          last_push = std::max(last_push, end);
+          break;
+        }
+        case v1::TASK_TYPE_EVALUATE: {
+          v1::ReportEvalRequest report;
+          report.set_round(task->task.round());
+          report.set_test_loss(1.0);
+          report.set_test_accuracy(0.5);
+          report.set_num_examples(10);
+          if (!client.ReportEval(report).ok()) ++failures;
+          break;
+        }
+        case v1::TASK_TYPE_DONE:
+          return;
+        default:
+          break;
+      }
+    }
+  };
+
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i) threads.emplace_back(agent, i);
+  for (auto& t : threads) t.join();
+  const double seconds = absl::ToDoubleSeconds(last_push - first_push);
+  std::printf(
+      "push_load: %d clients pushed %.1f MB in %.3f s (%.2f GB/s), %d "
+      "failures\n",
+      n, pushed_bytes.load() / 1e6, seconds,
+      pushed_bytes.load() / 1e9 / seconds, failures.load());
+  return failures.load() == 0 ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace fedlearn
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return fedlearn::Run();
+}

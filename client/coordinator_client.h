@@ -1,0 +1,81 @@
+#ifndef FEDLEARN_CLIENT_COORDINATOR_CLIENT_H_
+#define FEDLEARN_CLIENT_COORDINATOR_CLIENT_H_
+
+#include <grpcpp/channel.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "common/model_spec.h"
+#include "fedlearn/v1/coordinator.grpc.pb.h"
+
+namespace fedlearn {
+
+// A client's side of fedlearn.v1.Coordinator: one joined client, its session
+// token and the model spec, over a channel it shares with others if the caller
+// wants. Chunks updates on the way out and verifies and reassembles weights on
+// the way in. Every call blocks and returns the coordinator's status as an
+// absl::Status. Not thread-safe: one client, one thread (use one object per
+// agent).
+class CoordinatorClient {
+ public:
+  // `chunk_bytes`: payload per pushed chunk. 64 KiB keeps the coordinator's
+  // transport buffers small with many clients (bench/aggregation.sh) at no cost
+  // in throughput.
+  explicit CoordinatorClient(std::shared_ptr<grpc::Channel> channel,
+                             size_t chunk_bytes = size_t{64} << 10);
+
+  // Joins and keeps the id, token and model spec for later calls.
+  absl::StatusOr<v1::JoinResponse> Join(const v1::JoinRequest& request);
+
+  // A task with its weights (TRAIN and EVALUATE; empty otherwise).
+  struct ReceivedTask {
+    v1::Task task;
+    std::vector<float> weights;
+  };
+  // Polls for the next task, letting the coordinator hold the poll up to
+  // `max_wait`. The weights are verified (shape, dtype, checksums, all values
+  // finite).
+  absl::StatusOr<ReceivedTask> RequestUpdate(absl::Duration max_wait);
+
+  // Pushes `delta` (num_parameters floats) as the update described by `header`;
+  // the header's client_id is filled in.
+  absl::StatusOr<v1::PushGradientResponse> PushUpdate(
+      v1::UpdateHeader header, absl::Span<const float> delta);
+
+  // Sends a push made of exactly these messages, for tests that need malformed
+  // pushes.
+  absl::StatusOr<v1::PushGradientResponse> PushMessages(
+      const std::vector<v1::PushGradientRequest>& messages);
+
+  absl::Status ReportEval(v1::ReportEvalRequest request);
+  absl::StatusOr<v1::HeartbeatResponse> Heartbeat(v1::HeartbeatRequest request);
+  absl::StatusOr<v1::GetStatusResponse> GetStatus();
+
+  const std::string& client_id() const { return client_id_; }
+  const std::string& session_token() const { return token_; }
+  const ModelSpec& spec() const { return spec_; }
+
+  // Overrides what is sent as the session token and the client id (tests of
+  // misuse).
+  void set_session_token(std::string token) { token_ = std::move(token); }
+  void set_client_id(std::string id) { client_id_ = std::move(id); }
+
+ private:
+  void Authorize(grpc::ClientContext* context) const;
+
+  std::unique_ptr<v1::Coordinator::Stub> stub_;
+  size_t chunk_bytes_;
+  std::string client_id_;
+  std::string token_;
+  ModelSpec spec_;
+};
+
+}  // namespace fedlearn
+
+#endif  // FEDLEARN_CLIENT_COORDINATOR_CLIENT_H_

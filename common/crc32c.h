@@ -1,0 +1,20 @@
+#ifndef FEDLEARN_COMMON_CRC32C_H_
+#define FEDLEARN_COMMON_CRC32C_H_
+
+#include <cstddef>
+#include <cstdint>
+
+namespace fedlearn {
+
+// CRC-32C (Castagnoli, as in iSCSI and gRPC's own compression checks) of `n`
+// bytes. Uses the SSE4.2 crc32 instruction when the CPU has it, a table
+// otherwise; both give the same value. Thread-safe.
+uint32_t Crc32c(const void* data, size_t n);
+
+// The CRC-32C of the concatenation A+B, given `crc` = Crc32c(A) and B = data[0,
+// n).
+uint32_t ExtendCrc32c(uint32_t crc, const void* data, size_t n);
+
+}  // namespace fedlearn
+
+#endif  // FEDLEARN_COMMON_CRC32C_H_

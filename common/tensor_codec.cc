@@ -1,0 +1,221 @@
+#include "common/tensor_codec.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/crc32c.h"
+#include "common/status_macros.h"
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the wire format is little endian; this build copies floats as they are"
+#endif
+
+namespace fedlearn {
+namespace {
+
+std::string ShapeString(absl::Span<const int64_t> shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+}  // namespace
+
+v1::ModelSpec ToProto(const ModelSpec& spec) {
+  v1::ModelSpec proto;
+  proto.set_name(spec.name);
+  proto.set_num_parameters(spec.num_parameters);
+  for (const TensorSpec& t : spec.tensors) {
+    v1::TensorSpec* out = proto.add_tensors();
+    out->set_name(t.name);
+    for (int64_t d : t.shape) out->add_shape(d);
+    out->set_dtype(v1::DTYPE_FLOAT32);
+  }
+  return proto;
+}
+
+absl::StatusOr<ModelSpec> FromProto(const v1::ModelSpec& proto) {
+  std::vector<TensorDecl> decls;
+  decls.reserve(proto.tensors_size());
+  for (const v1::TensorSpec& t : proto.tensors()) {
+    if (t.dtype() != v1::DTYPE_FLOAT32) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model ", proto.name(), ": tensor ", t.name(), " has dtype ",
+          v1::DType_Name(t.dtype()), ", want float32"));
+    }
+    decls.push_back(TensorDecl{
+        t.name(), {t.shape().begin(), t.shape().end()}, Init::kZeros});
+  }
+  FEDLEARN_ASSIGN_OR_RETURN(ModelSpec spec,
+                            MakeModelSpec(proto.name(), std::move(decls)));
+  if (spec.num_parameters != proto.num_parameters()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model ", proto.name(), ": tensors hold ", spec.num_parameters,
+        " parameters but num_parameters says ", proto.num_parameters()));
+  }
+  return spec;
+}
+
+bool AllFinite(absl::Span<const float> values) {
+  // A float is NaN or infinite exactly when its exponent bits are all ones. A
+  // max over the exponent fields has no early exit, so the loop vectorises.
+  uint32_t worst = 0;
+  for (float v : values) {
+    uint32_t bits;
+    std::memcpy(&bits, &v, sizeof(bits));
+    worst = std::max(worst, bits & 0x7F800000u);
+  }
+  return worst != 0x7F800000u;
+}
+
+ChunkWriter::ChunkWriter(const ModelSpec& spec, absl::Span<const float> values,
+                         size_t chunk_bytes)
+    : spec_(spec),
+      values_(values),
+      chunk_bytes_(
+          std::clamp<size_t>(chunk_bytes & ~size_t{3}, 4, kMaxChunkBytes)),
+      total_bytes_(spec.num_parameters * static_cast<int64_t>(sizeof(float))) {}
+
+bool ChunkWriter::Next(v1::TensorChunk* chunk) {
+  if (tensor_ == spec_.tensors.size()) return false;
+  const TensorSpec& t = spec_.tensors[tensor_];
+  const uint64_t total = static_cast<uint64_t>(t.num_elements) * sizeof(float);
+  const uint64_t n = std::min<uint64_t>(chunk_bytes_, total - offset_);
+  const char* data =
+      reinterpret_cast<const char*>(values_.data() + t.offset) + offset_;
+
+  chunk->Clear();
+  chunk->set_name(t.name);
+  for (int64_t d : t.shape) chunk->add_shape(d);
+  chunk->set_dtype(v1::DTYPE_FLOAT32);
+  chunk->set_encoding(v1::ENCODING_DENSE);
+  chunk->set_total_bytes(total);
+  chunk->set_offset(offset_);
+  chunk->set_data(data, n);
+  const uint32_t crc = Crc32c(data, n);
+  chunk->set_chunk_crc32c(crc);
+  // CRC of the whole tensor, extended chunk by chunk (no second pass over the
+  // data).
+  tensor_crc_ = offset_ == 0 ? crc : ExtendCrc32c(tensor_crc_, data, n);
+  offset_ += n;
+  if (offset_ == total) {
+    chunk->set_last(true);
+    chunk->set_tensor_crc32c(tensor_crc_);
+    ++tensor_;
+    offset_ = 0;
+  }
+  return true;
+}
+
+ChunkAssembler::ChunkAssembler(const ModelSpec& spec, absl::Span<float> out,
+                               bool require_finite, size_t max_chunk_bytes)
+    : spec_(spec),
+      out_(out),
+      require_finite_(require_finite),
+      max_chunk_bytes_(max_chunk_bytes) {}
+
+absl::Status ChunkAssembler::Add(const v1::TensorChunk& chunk) {
+  if (!error_.ok()) return error_;
+  error_ = AddChunk(chunk);
+  return error_;
+}
+
+absl::Status ChunkAssembler::AddChunk(const v1::TensorChunk& chunk) {
+  if (complete()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk for tensor ", chunk.name(),
+                     " after the last tensor of ", spec_.name));
+  }
+  const TensorSpec& t = spec_.tensors[tensor_];
+  if (chunk.name() != t.name) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "expected a chunk of tensor ", t.name, ", got ", chunk.name()));
+  }
+  if (!std::equal(chunk.shape().begin(), chunk.shape().end(), t.shape.begin(),
+                  t.shape.end())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor ", t.name, ": shape ",
+                     ShapeString({chunk.shape().data(),
+                                  static_cast<size_t>(chunk.shape_size())}),
+                     ", want ", ShapeString(t.shape)));
+  }
+  if (chunk.dtype() != v1::DTYPE_FLOAT32) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor ", t.name, ": dtype ",
+                     v1::DType_Name(chunk.dtype()), ", want DTYPE_FLOAT32"));
+  }
+  if (chunk.encoding() != v1::ENCODING_DENSE) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor ", t.name, ": encoding ",
+                     v1::Encoding_Name(chunk.encoding()), " is not supported"));
+  }
+  const uint64_t total = static_cast<uint64_t>(t.num_elements) * sizeof(float);
+  if (chunk.total_bytes() != total) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor ", t.name, ": expected ", total, " bytes, got ",
+                     chunk.total_bytes()));
+  }
+  const std::string& data = chunk.data();
+  if (data.size() > max_chunk_bytes_) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("tensor ", t.name, ": chunk of ", data.size(),
+                     " bytes, limit ", max_chunk_bytes_));
+  }
+  if (chunk.offset() != offset_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor ", t.name, ": chunk at byte ", chunk.offset(),
+                     ", expected ", offset_));
+  }
+  if (data.empty() || data.size() % sizeof(float) != 0 ||
+      data.size() > total - offset_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor ", t.name, ": chunk of ", data.size(), " bytes at byte ",
+        offset_, " does not fit a float32 tensor of ", total, " bytes"));
+  }
+  const uint32_t crc = Crc32c(data.data(), data.size());
+  if (crc != chunk.chunk_crc32c()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor ", t.name, ": checksum mismatch in chunk at byte ", offset_));
+  }
+  const bool ends = offset_ + data.size() == total;
+  if (ends != chunk.last()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor ", t.name, ": chunk at byte ", offset_,
+                     ends ? " completes the tensor but is not marked last"
+                          : " is marked last but the tensor is incomplete"));
+  }
+  const uint32_t tensor_crc =
+      offset_ == 0 ? crc : ExtendCrc32c(tensor_crc_, data.data(), data.size());
+  if (ends && tensor_crc != chunk.tensor_crc32c()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor ", t.name, ": whole-tensor checksum mismatch"));
+  }
+  float* dst = out_.data() + t.offset + offset_ / sizeof(float);
+  std::memcpy(dst, data.data(), data.size());
+  if (require_finite_ && !AllFinite({dst, data.size() / sizeof(float)})) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor ", t.name,
+                     ": NaN or infinite value in chunk at byte ", offset_));
+  }
+  tensor_crc_ = tensor_crc;
+  offset_ += data.size();
+  bytes_received_ += static_cast<int64_t>(data.size());
+  if (ends) {
+    ++tensor_;
+    offset_ = 0;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ChunkAssembler::Finish() const {
+  if (!error_.ok()) return error_;
+  if (complete()) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("stream ended before tensor ", spec_.tensors[tensor_].name,
+                   " was complete (", bytes_received_, " of ",
+                   spec_.num_parameters * sizeof(float), " bytes)"));
+}
+
+}  // namespace fedlearn

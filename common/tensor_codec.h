@@ -1,0 +1,92 @@
+#ifndef FEDLEARN_COMMON_TENSOR_CODEC_H_
+#define FEDLEARN_COMMON_TENSOR_CODEC_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/model_spec.h"
+#include "fedlearn/v1/coordinator.pb.h"
+
+namespace fedlearn {
+
+// The largest chunk payload either side sends or accepts (the wire contract's
+// limit).
+inline constexpr size_t kMaxChunkBytes = size_t{1} << 20;
+
+// Conversions between the model spec and its wire form. FromProto validates:
+// every tensor float32, positive dimensions, unique names, num_parameters
+// consistent.
+v1::ModelSpec ToProto(const ModelSpec& spec);
+absl::StatusOr<ModelSpec> FromProto(const v1::ModelSpec& proto);
+
+// Splits a flat float32 parameter vector into TensorChunk messages of at most
+// `chunk_bytes` payload each, tensor by tensor in the spec's order. Reads
+// `values` in place; the caller keeps `spec` and `values` alive while writing.
+// Not thread-safe.
+class ChunkWriter {
+ public:
+  ChunkWriter(const ModelSpec& spec, absl::Span<const float> values,
+              size_t chunk_bytes);
+
+  // Fills `chunk` with the next chunk; returns false (leaving `chunk` alone)
+  // when every tensor has been written.
+  bool Next(v1::TensorChunk* chunk);
+
+  // Total payload bytes the writer produces.
+  int64_t total_bytes() const { return total_bytes_; }
+
+ private:
+  const ModelSpec& spec_;
+  absl::Span<const float> values_;
+  size_t chunk_bytes_;
+  int64_t total_bytes_;
+  size_t tensor_ = 0;    // index of the tensor being written
+  uint64_t offset_ = 0;  // byte offset within it
+  uint32_t tensor_crc_ = 0;
+};
+
+// Reassembles chunks into a flat float32 vector, verifying each chunk before
+// copying it: the tensor's name and order, shape, dtype, encoding and size
+// against the spec, the byte offset (no gaps, no overlap), the chunk's and the
+// tensor's CRC-32C, the chunk size limit and, when asked, that every value is
+// finite. Errors are INVALID_ARGUMENT (RESOURCE_EXHAUSTED for an oversized
+// chunk) with a message naming the tensor; after an error the assembler accepts
+// nothing more. Not thread-safe.
+class ChunkAssembler {
+ public:
+  // `out` must hold spec.num_parameters floats and outlive the assembler.
+  ChunkAssembler(const ModelSpec& spec, absl::Span<float> out,
+                 bool require_finite, size_t max_chunk_bytes = kMaxChunkBytes);
+
+  absl::Status Add(const v1::TensorChunk& chunk);
+
+  // OK once every tensor has arrived whole; INVALID_ARGUMENT naming the first
+  // missing tensor otherwise.
+  absl::Status Finish() const;
+
+  bool complete() const { return tensor_ == spec_.tensors.size(); }
+  int64_t bytes_received() const { return bytes_received_; }
+
+ private:
+  absl::Status AddChunk(const v1::TensorChunk& chunk);
+
+  const ModelSpec& spec_;
+  absl::Span<float> out_;
+  bool require_finite_;
+  size_t max_chunk_bytes_;
+  size_t tensor_ = 0;    // index of the tensor expected next
+  uint64_t offset_ = 0;  // bytes of it received so far
+  uint32_t tensor_crc_ = 0;
+  int64_t bytes_received_ = 0;
+  absl::Status error_;
+};
+
+// True iff every value is finite (no NaN, no infinity).
+bool AllFinite(absl::Span<const float> values);
+
+}  // namespace fedlearn
+
+#endif  // FEDLEARN_COMMON_TENSOR_CODEC_H_

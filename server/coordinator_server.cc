@@ -1,0 +1,74 @@
+#include "server/coordinator_server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server_builder.h>
+
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/model_spec.h"
+#include "common/status_macros.h"
+#include "common/tensor_codec.h"
+#include "server/coordinator_service.h"
+#include "server/round_manager.h"
+
+namespace fedlearn {
+namespace {
+
+constexpr char kServiceName[] = "fedlearn.v1.Coordinator";
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
+    const CoordinatorOptions& options, const std::string& address,
+    std::shared_ptr<grpc::ServerCredentials> credentials) {
+  FEDLEARN_RETURN_IF_ERROR(options.Validate());
+  FEDLEARN_ASSIGN_OR_RETURN(ModelSpec spec, LookupModel(options.model));
+  std::vector<float> initial(static_cast<size_t>(spec.num_parameters));
+  InitializeParameters(spec, options.seed, absl::MakeSpan(initial));
+
+  std::unique_ptr<CoordinatorServer> server(new CoordinatorServer());
+  server->rounds_ = std::make_unique<RoundManager>(options, std::move(spec),
+                                                   std::move(initial));
+  server->service_ =
+      std::make_unique<CoordinatorService>(server->rounds_.get());
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  if (credentials == nullptr) credentials = grpc::InsecureServerCredentials();
+  builder.AddListeningPort(address, std::move(credentials), &server->port_);
+  builder.RegisterService(server->service_.get());
+  // A message is a header or one chunk: bound what a peer can make us buffer.
+  constexpr int kMaxMessage = static_cast<int>(kMaxChunkBytes + (64 << 10));
+  builder.SetMaxReceiveMessageSize(kMaxMessage);
+  builder.SetMaxSendMessageSize(kMaxMessage);
+  // No BDP probing: it grows each stream's flow-control window to megabytes,
+  // and a push waiting for a staging buffer would then park that much in gRPC's
+  // buffers, per client. With the default 64 KiB window, memory stays bounded
+  // however many clients push.
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  server->server_ = builder.BuildAndStart();
+  if (server->server_ == nullptr || server->port_ == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", address));
+  }
+  server->server_->GetHealthCheckService()->SetServingStatus(kServiceName,
+                                                             true);
+  return server;
+}
+
+CoordinatorServer::~CoordinatorServer() { Shutdown(absl::ZeroDuration()); }
+
+void CoordinatorServer::Shutdown(absl::Duration grace) {
+  if (server_ == nullptr) return;
+  server_->GetHealthCheckService()->SetServingStatus(kServiceName, false);
+  rounds_->Shutdown();
+  server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
+  server_->Wait();
+  server_.reset();
+}
+
+}  // namespace fedlearn

@@ -1,0 +1,157 @@
+// fedlearn-coordinator: serves fedlearn.v1.Coordinator until the run is DONE
+// (and every live client has been told so) or until SIGINT/SIGTERM.
+
+#include <signal.h>
+#include <sys/resource.h>
+
+#include <cstdio>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "server/coordinator_server.h"
+#include "server/round_manager.h"
+
+ABSL_FLAG(int, port, 50051, "gRPC port (0 picks a free one)");
+ABSL_FLAG(std::string, bind, "0.0.0.0", "address the gRPC port listens on");
+ABSL_FLAG(std::string, model, "mnist_cnn",
+          "model: mnist_cnn, fedavg_cnn or mlp_2nn");
+ABSL_FLAG(uint64_t, seed, 1,
+          "seed of the initial weights and of client sampling");
+ABSL_FLAG(int, min_clients, 2,
+          "clients that must have joined before training starts");
+ABSL_FLAG(int, clients_per_round, 0,
+          "clients sampled per round (0: use --fraction)");
+ABSL_FLAG(double, fraction, 1.0,
+          "share of the ready clients sampled per round");
+ABSL_FLAG(double, over_selection, 1.0,
+          "sample this many times the clients needed (e.g. 1.3)");
+ABSL_FLAG(double, tolerance, 0.3,
+          "share of the selected clients that may stay silent");
+ABSL_FLAG(absl::Duration, round_timeout, absl::Minutes(5),
+          "a round below quorum at this deadline is abandoned and retried");
+ABSL_FLAG(absl::Duration, eval_timeout, absl::Minutes(5),
+          "deadline of an evaluation attempt");
+ABSL_FLAG(int, max_rounds, 50, "training stops after this many rounds");
+ABSL_FLAG(int, rounds_between_validations, 2,
+          "validate every N rounds (0: never)");
+ABSL_FLAG(double, convergence_threshold, 0.01,
+          "stop when the train loss improves by less than this fraction");
+ABSL_FLAG(int, epochs, 1, "training plan: local epochs per round");
+ABSL_FLAG(int, batch_size, 10, "training plan: local batch size");
+ABSL_FLAG(std::string, optimizer, "adadelta",
+          "training plan: adadelta, sgd, momentum or adam");
+ABSL_FLAG(double, learning_rate, 1.0, "training plan: learning rate");
+ABSL_FLAG(
+    double, validation_fraction, 0.1,
+    "training plan: share of local training data held out for validation");
+ABSL_FLAG(std::string, join_token, "",
+          "secret a client must present to join (empty: none)");
+ABSL_FLAG(int, max_clients, 10000, "most clients that may join");
+ABSL_FLAG(absl::Duration, poll_timeout, absl::Seconds(30),
+          "longest a poll is held open");
+ABSL_FLAG(absl::Duration, client_timeout, absl::Seconds(60),
+          "a client silent this long is gone");
+ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(5),
+          "heartbeat interval suggested to clients");
+ABSL_FLAG(int, max_concurrent_updates, 2,
+          "updates received at once; each holds a model-sized buffer");
+ABSL_FLAG(int, chunk_bytes, 64 << 10,
+          "payload bytes per chunk the coordinator sends");
+ABSL_FLAG(bool, exit_on_done, true,
+          "exit once the run is DONE and clients were told");
+ABSL_FLAG(absl::Duration, done_grace, absl::Seconds(10),
+          "after DONE, how long to wait for clients to be told before exiting");
+
+namespace fedlearn {
+namespace {
+
+CoordinatorOptions OptionsFromFlags() {
+  CoordinatorOptions o;
+  o.model = absl::GetFlag(FLAGS_model);
+  o.seed = absl::GetFlag(FLAGS_seed);
+  o.min_clients = absl::GetFlag(FLAGS_min_clients);
+  o.clients_per_round = absl::GetFlag(FLAGS_clients_per_round);
+  o.fraction = absl::GetFlag(FLAGS_fraction);
+  o.over_selection = absl::GetFlag(FLAGS_over_selection);
+  o.tolerance = absl::GetFlag(FLAGS_tolerance);
+  o.round_timeout = absl::GetFlag(FLAGS_round_timeout);
+  o.eval_timeout = absl::GetFlag(FLAGS_eval_timeout);
+  o.max_rounds = absl::GetFlag(FLAGS_max_rounds);
+  o.rounds_between_validations =
+      absl::GetFlag(FLAGS_rounds_between_validations);
+  o.convergence_threshold = absl::GetFlag(FLAGS_convergence_threshold);
+  o.epochs = absl::GetFlag(FLAGS_epochs);
+  o.batch_size = absl::GetFlag(FLAGS_batch_size);
+  o.optimizer = absl::GetFlag(FLAGS_optimizer);
+  o.learning_rate = absl::GetFlag(FLAGS_learning_rate);
+  o.validation_fraction = absl::GetFlag(FLAGS_validation_fraction);
+  o.join_token = absl::GetFlag(FLAGS_join_token);
+  o.max_clients = absl::GetFlag(FLAGS_max_clients);
+  o.poll_timeout = absl::GetFlag(FLAGS_poll_timeout);
+  o.client_timeout = absl::GetFlag(FLAGS_client_timeout);
+  o.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
+  o.max_concurrent_updates = absl::GetFlag(FLAGS_max_concurrent_updates);
+  o.chunk_bytes =
+      static_cast<size_t>(std::max(0, absl::GetFlag(FLAGS_chunk_bytes)));
+  return o;
+}
+
+int Run() {
+  // Signals are taken synchronously by this thread (sigtimedwait below); block
+  // them before any other thread exists so that every thread inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  const std::string address =
+      absl::StrCat(absl::GetFlag(FLAGS_bind), ":", absl::GetFlag(FLAGS_port));
+  auto server = CoordinatorServer::Start(OptionsFromFlags(), address);
+  if (!server.ok()) {
+    std::fprintf(stderr, "fedlearn-coordinator: %s\n",
+                 server.status().ToString().c_str());
+    return 2;
+  }
+  Logf("listening on %s (port %d)", absl::GetFlag(FLAGS_bind),
+       (*server)->port());
+  RoundManager& rounds = (*server)->rounds();
+  const bool exit_on_done = absl::GetFlag(FLAGS_exit_on_done);
+  int exit_code = 0;
+  for (;;) {
+    const timespec tick = {0, 200 * 1000 * 1000};
+    const int sig = sigtimedwait(&signals, nullptr, &tick);
+    if (sig == SIGINT || sig == SIGTERM) {
+      Logf("signal %d: shutting down", sig);
+      exit_code = sig == SIGTERM ? 0 : 128 + sig;
+      break;
+    }
+    if (exit_on_done && rounds.phase() == v1::PHASE_DONE) {
+      if (!rounds.AwaitClientsDone(absl::GetFlag(FLAGS_done_grace))) {
+        Logf("some clients were not told DONE within %s",
+             absl::FormatDuration(absl::GetFlag(FLAGS_done_grace)));
+      }
+      break;
+    }
+  }
+  (*server)->Shutdown(absl::Seconds(2));
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  Logf("stopped; peak RSS %.1f MB", usage.ru_maxrss / 1024.0);
+  return exit_code;
+}
+
+}  // namespace
+}  // namespace fedlearn
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "fedlearn-coordinator --port=50051 [flags]\n"
+      "Serves fedlearn.v1.Coordinator: synchronous FedAvg rounds over gRPC.");
+  absl::ParseCommandLine(argc, argv);
+  return fedlearn::Run();
+}

@@ -1,0 +1,58 @@
+#include "server/options.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/tensor_codec.h"
+
+namespace fedlearn {
+namespace {
+
+absl::Status Bad(absl::string_view flag, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat("--", flag, ": ", why));
+}
+
+}  // namespace
+
+absl::Status CoordinatorOptions::Validate() const {
+  if (min_clients < 1) return Bad("min_clients", "must be at least 1");
+  if (clients_per_round < 0) return Bad("clients_per_round", "must be >= 0");
+  if (!(fraction > 0 && fraction <= 1))
+    return Bad("fraction", "must be in (0, 1]");
+  if (!(over_selection >= 1 && over_selection <= 10)) {
+    return Bad("over_selection", "must be in [1, 10]");
+  }
+  if (!(tolerance >= 0 && tolerance < 1))
+    return Bad("tolerance", "must be in [0, 1)");
+  if (round_timeout <= absl::ZeroDuration())
+    return Bad("round_timeout", "must be > 0");
+  if (eval_timeout <= absl::ZeroDuration())
+    return Bad("eval_timeout", "must be > 0");
+  if (max_rounds < 1) return Bad("max_rounds", "must be at least 1");
+  if (rounds_between_validations < 0) {
+    return Bad("rounds_between_validations", "must be >= 0 (0: never)");
+  }
+  if (!(convergence_threshold >= 0))
+    return Bad("convergence_threshold", "must be >= 0");
+  if (epochs < 1) return Bad("epochs", "must be at least 1");
+  if (batch_size < 1) return Bad("batch_size", "must be at least 1");
+  if (optimizer != "adadelta" && optimizer != "sgd" &&
+      optimizer != "momentum" && optimizer != "adam") {
+    return Bad("optimizer", "must be adadelta, sgd, momentum or adam");
+  }
+  if (!(learning_rate > 0)) return Bad("learning_rate", "must be > 0");
+  if (!(validation_fraction >= 0 && validation_fraction < 1)) {
+    return Bad("validation_fraction", "must be in [0, 1)");
+  }
+  if (max_clients < 1) return Bad("max_clients", "must be at least 1");
+  if (poll_timeout <= absl::ZeroDuration())
+    return Bad("poll_timeout", "must be > 0");
+  if (client_timeout <= absl::ZeroDuration())
+    return Bad("client_timeout", "must be > 0");
+  if (max_concurrent_updates < 1)
+    return Bad("max_concurrent_updates", "must be at least 1");
+  if (chunk_bytes < 1024 || chunk_bytes > kMaxChunkBytes) {
+    return Bad("chunk_bytes", "must be in [1024, 1048576]");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace fedlearn

@@ -1,0 +1,58 @@
+#ifndef FEDLEARN_SERVER_OPTIONS_H_
+#define FEDLEARN_SERVER_OPTIONS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+
+namespace fedlearn {
+
+// Everything that shapes a run, set from flags (server/main.cc) or by tests.
+// The defaults are the seed's: 2 clients, 50 rounds, validation every 2 rounds,
+// tolerance 0.3, convergence at 1%, E=1, B=10, Adadelta.
+struct CoordinatorOptions {
+  // Model and its initialisation.
+  std::string model = "mnist_cnn";
+  uint64_t seed = 1;
+
+  // Round rules (README, "Round lifecycle").
+  int min_clients = 2;
+  int clients_per_round = 0;  // 0: use `fraction` of the ready clients
+  double fraction = 1.0;
+  double over_selection = 1.0;  // sample this many times the clients needed
+  double tolerance = 0.3;       // share of the selected that may stay silent
+  absl::Duration round_timeout = absl::Minutes(5);
+  absl::Duration eval_timeout = absl::Minutes(5);
+  int max_rounds = 50;
+  int rounds_between_validations = 2;
+  double convergence_threshold = 0.01;
+
+  // Training plan sent to every client.
+  int epochs = 1;
+  int batch_size = 10;
+  std::string optimizer = "adadelta";
+  double learning_rate = 1.0;
+  double validation_fraction = 0.1;
+
+  // Clients and limits.
+  std::string join_token;  // empty: anyone may join
+  int max_clients = 10000;
+  absl::Duration poll_timeout =
+      absl::Seconds(30);  // longest a poll is held open
+  absl::Duration client_timeout = absl::Seconds(60);  // silent this long: gone
+  absl::Duration heartbeat_interval = absl::Seconds(5);  // suggested to clients
+  int max_concurrent_updates =
+      2;  // updates received at once (each holds one model)
+  size_t chunk_bytes = size_t{64}
+                       << 10;  // payload per chunk the coordinator sends
+
+  // Checks ranges and combinations; INVALID_ARGUMENT naming the flag.
+  absl::Status Validate() const;
+};
+
+}  // namespace fedlearn
+
+#endif  // FEDLEARN_SERVER_OPTIONS_H_

@@ -1,0 +1,613 @@
+// Full runs of the coordinator over real gRPC on a loopback socket, driven by
+// scripted clients (CoordinatorClient, the agent's own RPC layer) that push
+// hand-made updates.
+
+#include <grpcpp/create_channel.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/security/credentials.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "client/coordinator_client.h"
+#include "common/crc32c.h"
+#include "common/model_spec.h"
+#include "common/tensor_codec.h"
+#include "gmock/gmock.h"
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "gtest/gtest.h"
+#include "server/coordinator_server.h"
+#include "server/round_manager.h"
+
+namespace fedlearn {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr absl::Duration kWait = absl::Seconds(20);  // upper bound, never slept
+
+CoordinatorOptions SmallRun() {
+  CoordinatorOptions o;
+  o.model = "mlp_2nn";  // 199,210 parameters: quick to move around
+  o.seed = 7;
+  o.min_clients = 3;
+  o.clients_per_round = 3;
+  o.max_rounds = 3;
+  o.round_timeout = absl::Seconds(30);
+  o.eval_timeout = absl::Seconds(30);
+  o.convergence_threshold = 0.0;  // only a rising loss converges
+  o.rounds_between_validations = 2;
+  return o;
+}
+
+v1::UpdateHeader Header(int64_t round, int64_t examples, double loss) {
+  v1::UpdateHeader h;
+  h.set_round(round);
+  h.set_num_examples(examples);
+  h.set_train_loss(loss);
+  h.set_train_accuracy(0.5);
+  return h;
+}
+
+class CoordinatorServiceTest : public ::testing::Test {
+ protected:
+  void Start(const CoordinatorOptions& options) {
+    auto server = CoordinatorServer::Start(options, "127.0.0.1:0");
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(4 << 20);
+    channel_ =
+        grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", server_->port()),
+                                  grpc::InsecureChannelCredentials(), args);
+  }
+
+  std::unique_ptr<CoordinatorClient> Join(const std::string& join_token = "") {
+    auto client = std::make_unique<CoordinatorClient>(channel_);
+    v1::JoinRequest request;
+    request.set_join_token(join_token);
+    auto joined = client->Join(request);
+    EXPECT_TRUE(joined.ok()) << joined.status();
+    return client;
+  }
+
+  std::vector<std::unique_ptr<CoordinatorClient>> JoinAll(int n) {
+    std::vector<std::unique_ptr<CoordinatorClient>> clients;
+    for (int i = 0; i < n; ++i) clients.push_back(Join());
+    return clients;
+  }
+
+  // Polls until the client gets a task other than WAIT.
+  CoordinatorClient::ReceivedTask NextTask(CoordinatorClient& client) {
+    const absl::Time deadline = absl::Now() + kWait;
+    while (absl::Now() < deadline) {
+      auto task = client.RequestUpdate(absl::Seconds(5));
+      EXPECT_TRUE(task.ok()) << task.status();
+      if (!task.ok()) break;
+      if (task->task.type() != v1::TASK_TYPE_WAIT) return *std::move(task);
+    }
+    ADD_FAILURE() << client.client_id() << " got no task";
+    return {};
+  }
+
+  std::vector<float> Global() { return *server_->rounds().global_weights(); }
+  v1::GetStatusResponse Status() { return server_->rounds().GetStatus(); }
+  size_t NumParameters() { return server_->rounds().spec().num_parameters; }
+
+  // A valid push message list whose first chunk has been altered by `mutate`.
+  std::vector<v1::PushGradientRequest> Messages(
+      const CoordinatorClient& client, const v1::UpdateHeader& header,
+      const std::vector<float>& delta,
+      const std::function<void(v1::TensorChunk*)>& mutate = nullptr) {
+    std::vector<v1::PushGradientRequest> messages(1);
+    *messages[0].mutable_header() = header;
+    messages[0].mutable_header()->set_client_id(client.client_id());
+    ChunkWriter writer(client.spec(), delta, 64 << 10);
+    v1::PushGradientRequest m;
+    while (writer.Next(m.mutable_chunk())) messages.push_back(m);
+    if (mutate) mutate(messages[1].mutable_chunk());
+    return messages;
+  }
+
+  std::unique_ptr<CoordinatorServer> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+};
+
+TEST_F(CoordinatorServiceTest, RunsFromWaitingToDone) {
+  Start(SmallRun());
+  auto clients = JoinAll(2);
+  EXPECT_EQ(Status().phase(), v1::PHASE_WAITING_FOR_CLIENTS);
+  // Not enough clients: a poll is held, then answered WAIT.
+  auto wait = clients[0]->RequestUpdate(absl::Milliseconds(50));
+  ASSERT_TRUE(wait.ok()) << wait.status();
+  EXPECT_EQ(wait->task.type(), v1::TASK_TYPE_WAIT);
+  EXPECT_GT(wait->task.retry_after_ms(), 0);
+
+  clients.push_back(Join());
+  EXPECT_EQ(Status().phase(), v1::PHASE_TRAINING);
+
+  std::vector<float> initial(NumParameters());
+  InitializeParameters(server_->rounds().spec(), 7, absl::MakeSpan(initial));
+  ASSERT_EQ(Global(), initial);
+
+  for (int round = 1; round <= 3; ++round) {
+    for (auto& c : clients) {
+      auto task = NextTask(*c);
+      ASSERT_EQ(task.task.type(), v1::TASK_TYPE_TRAIN);
+      EXPECT_EQ(task.task.round(), round);
+      EXPECT_EQ(task.task.run_validation(), round == 2);
+      EXPECT_EQ(task.task.plan().batch_size(), 10);
+      EXPECT_EQ(task.task.plan().optimizer(), "adadelta");
+      EXPECT_GT(task.task.deadline_ms(), 0);
+      ASSERT_EQ(task.weights, Global());
+      std::vector<float> delta(NumParameters(), 0.01f);
+      auto header = Header(round, 100, 2.0 / round);
+      if (round == 2) {
+        header.set_validation_loss(1.5);
+        header.set_validation_accuracy(0.6);
+        header.set_num_validation_examples(10);
+      }
+      auto pushed = c->PushUpdate(header, delta);
+      ASSERT_TRUE(pushed.ok()) << pushed.status();
+      EXPECT_EQ(pushed->round(), round);
+    }
+  }
+  EXPECT_EQ(Status().phase(), v1::PHASE_EVALUATING);
+  EXPECT_EQ(Status().stop_reason(), "max_rounds");
+
+  for (auto& c : clients) {
+    auto task = NextTask(*c);
+    ASSERT_EQ(task.task.type(), v1::TASK_TYPE_EVALUATE);
+    EXPECT_EQ(task.weights, Global());
+    v1::ReportEvalRequest report;
+    report.set_round(task.task.round());
+    report.set_test_loss(0.1);
+    report.set_test_accuracy(0.9);
+    report.set_num_examples(50);
+    ASSERT_TRUE(c->ReportEval(report).ok());
+  }
+  ASSERT_TRUE(server_->rounds().AwaitPhase(v1::PHASE_DONE, kWait));
+  for (auto& c : clients)
+    EXPECT_EQ(NextTask(*c).task.type(), v1::TASK_TYPE_DONE);
+  EXPECT_TRUE(server_->rounds().AwaitClientsDone(absl::ZeroDuration()));
+
+  v1::GetStatusResponse status = Status();
+  ASSERT_EQ(status.history_size(), 4);
+  for (int r = 0; r < 3; ++r) {
+    const v1::RoundRecord& record = status.history(r);
+    EXPECT_EQ(record.round(), r + 1);
+    EXPECT_FALSE(record.evaluation());
+    EXPECT_EQ(record.outcome(), "all");
+    EXPECT_EQ(record.selected(), 3);
+    EXPECT_EQ(record.responded(), 3);
+    EXPECT_EQ(record.metrics().num_examples(), 300);
+    EXPECT_DOUBLE_EQ(record.metrics().train_loss(), 2.0 / (r + 1));
+    EXPECT_EQ(record.metrics().has_validation(), r == 1);
+    EXPECT_EQ(record.bytes_received(),
+              3 * 4 * static_cast<int64_t>(NumParameters()));
+  }
+  EXPECT_DOUBLE_EQ(status.history(1).metrics().validation_loss(), 1.5);
+  EXPECT_TRUE(status.history(3).evaluation());
+  EXPECT_DOUBLE_EQ(status.final_evaluation().test_accuracy(), 0.9);
+  EXPECT_EQ(status.final_evaluation().num_clients(), 3);
+  // Three rounds each moved every weight by the mean delta, 0.01.
+  std::vector<float> expected = initial;
+  for (int r = 0; r < 3; ++r) {
+    for (float& w : expected) w = static_cast<float>(double{w} + double{0.01f});
+  }
+  EXPECT_EQ(Global(), expected);
+}
+
+TEST_F(CoordinatorServiceTest, FedAvgIsTheExampleWeightedMean) {
+  Start(SmallRun());
+  auto clients = JoinAll(3);
+  const std::vector<float> before = Global();
+  const int64_t examples[3] = {1, 2, 3};
+  const float deltas[3] = {0.3f, -0.6f, 0.9f};
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(NextTask(*clients[i]).task.type(), v1::TASK_TYPE_TRAIN);
+    // Each parameter j gets delta_i * (j % 5 - 2), so the mean differs per
+    // parameter.
+    std::vector<float> delta(NumParameters());
+    for (size_t j = 0; j < delta.size(); ++j) {
+      delta[j] = deltas[i] * static_cast<float>(static_cast<int>(j % 5) - 2);
+    }
+    ASSERT_TRUE(
+        clients[i]->PushUpdate(Header(1, examples[i], 1.0 + i), delta).ok());
+  }
+  const std::vector<float> after = Global();
+  for (size_t j = 0; j < after.size(); ++j) {
+    const double k = static_cast<int>(j % 5) - 2;
+    // (1*0.3 + 2*(-0.6) + 3*0.9) / 6 = 0.3, computed from the float inputs.
+    const double mean = (1 * double{deltas[0] * static_cast<float>(k)} +
+                         2 * double{deltas[1] * static_cast<float>(k)} +
+                         3 * double{deltas[2] * static_cast<float>(k)}) /
+                        6;
+    ASSERT_EQ(after[j], static_cast<float>(double{before[j]} + mean)) << j;
+  }
+  // Train loss is weighted by examples too: (1*1 + 2*2 + 3*3) / 6.
+  EXPECT_DOUBLE_EQ(Status().history(0).metrics().train_loss(), 14.0 / 6.0);
+}
+
+TEST_F(CoordinatorServiceTest,
+       RoundClosesAtQuorumWithoutWaitingForTheDeadline) {
+  CoordinatorOptions o = SmallRun();
+  o.min_clients = 10;
+  o.clients_per_round = 10;
+  o.round_timeout = absl::Minutes(10);
+  Start(o);
+  auto clients = JoinAll(10);
+  const absl::Time start = absl::Now();
+  // 30% of the selected stay silent.
+  for (int i = 0; i < 7; ++i) {
+    ASSERT_EQ(NextTask(*clients[i]).task.type(), v1::TASK_TYPE_TRAIN);
+    EXPECT_EQ(Status().history_size(), 0) << "closed before quorum, at " << i;
+    std::vector<float> delta(NumParameters(), 0.5f);
+    ASSERT_TRUE(clients[i]->PushUpdate(Header(1, 10, 1.0), delta).ok());
+  }
+  ASSERT_TRUE(server_->rounds().AwaitHistory(1, kWait));
+  EXPECT_LT(absl::Now() - start, absl::Minutes(1));
+  const v1::RoundRecord record = Status().history(0);
+  EXPECT_EQ(record.outcome(), "quorum");
+  EXPECT_EQ(record.responded(), 7);
+  EXPECT_EQ(record.dropped(), 3);
+  EXPECT_EQ(Status().round(), 2);
+  // A straggler's late update is rejected, not counted.
+  auto late = clients[9]->PushUpdate(Header(1, 10, 1.0),
+                                     std::vector<float>(NumParameters()));
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(late.status().message()),
+              HasSubstr("current round is 2"));
+}
+
+TEST_F(CoordinatorServiceTest,
+       RoundBelowQuorumAtDeadlineIsRetriedWithANewSample) {
+  CoordinatorOptions o = SmallRun();
+  o.min_clients = 4;
+  o.clients_per_round = 2;
+  o.round_timeout = absl::Milliseconds(400);
+  Start(o);
+  auto clients = JoinAll(6);
+  const std::vector<float> before = Global();
+  ASSERT_TRUE(server_->rounds().AwaitHistory(3, kWait));
+  v1::GetStatusResponse status = Status();
+  ASSERT_GE(status.history_size(), 3);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(status.history(i).round(), 1);
+    EXPECT_EQ(status.history(i).attempt(), i + 1);
+    EXPECT_EQ(status.history(i).outcome(), "abandoned");
+    EXPECT_EQ(status.history(i).dropped(), 2);
+  }
+  EXPECT_EQ(status.round(), 1);
+  EXPECT_EQ(Global(), before);
+  // Each attempt drew its own sample (deterministic for the seed; 15 possible
+  // pairs).
+  std::vector<std::vector<std::string>> samples;
+  for (int i = 0; i < 3; ++i) {
+    const auto& ids = status.history(i).selected_clients();
+    EXPECT_EQ(ids.size(), 2);
+    samples.emplace_back(ids.begin(), ids.end());
+  }
+  EXPECT_FALSE(samples[0] == samples[1] && samples[1] == samples[2]);
+}
+
+TEST_F(CoordinatorServiceTest, RejectedUpdatesLeaveTheModelBitIdentical) {
+  CoordinatorOptions o = SmallRun();
+  o.min_clients = 3;
+  o.clients_per_round = 2;  // one of the three is not selected
+  Start(o);
+  auto clients = JoinAll(3);
+  std::vector<CoordinatorClient*> selected;
+  CoordinatorClient* unselected = nullptr;
+  for (auto& c : clients) {
+    auto task = c->RequestUpdate(absl::Milliseconds(1));
+    ASSERT_TRUE(task.ok());
+    if (task->task.type() == v1::TASK_TYPE_TRAIN) {
+      selected.push_back(c.get());
+    } else {
+      unselected = c.get();
+    }
+  }
+  ASSERT_EQ(selected.size(), 2u);
+  ASSERT_NE(unselected, nullptr);
+  CoordinatorClient& a = *selected[0];
+  const std::vector<float> before = Global();
+  const std::vector<float> good(NumParameters(), 0.25f);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+
+  struct Case {
+    std::string name;
+    absl::StatusCode code;
+    std::function<absl::Status()> push;
+  };
+  auto raw = [&](std::function<void(v1::TensorChunk*)> mutate,
+                 std::vector<float> delta) {
+    return [&a, this, mutate, delta] {
+      return a.PushMessages(Messages(a, Header(1, 10, 1.0), delta, mutate))
+          .status();
+    };
+  };
+  std::vector<float> with_nan = good;
+  with_nan[12345] = nan;
+  std::vector<float> with_inf = good;
+  with_inf[NumParameters() - 1] = inf;
+  const std::vector<Case> cases = {
+      {"stale round", absl::StatusCode::kFailedPrecondition,
+       [&] { return a.PushUpdate(Header(2, 10, 1.0), good).status(); }},
+      {"not selected", absl::StatusCode::kFailedPrecondition,
+       [&] {
+         return unselected->PushUpdate(Header(1, 10, 1.0), good).status();
+       }},
+      {"zero examples", absl::StatusCode::kInvalidArgument,
+       [&] { return a.PushUpdate(Header(1, 0, 1.0), good).status(); }},
+      {"NaN loss", absl::StatusCode::kInvalidArgument,
+       [&] { return a.PushUpdate(Header(1, 10, nan), good).status(); }},
+      {"wrong shape", absl::StatusCode::kInvalidArgument,
+       raw([](v1::TensorChunk* c) { c->set_shape(0, c->shape(0) + 1); }, good)},
+      {"wrong dtype", absl::StatusCode::kInvalidArgument,
+       raw([](v1::TensorChunk* c) { c->set_dtype(v1::DTYPE_FLOAT16); }, good)},
+      {"wrong size", absl::StatusCode::kInvalidArgument,
+       raw([](v1::TensorChunk* c) { c->set_total_bytes(c->total_bytes() - 4); },
+           good)},
+      {"bad checksum", absl::StatusCode::kInvalidArgument,
+       raw([](v1::TensorChunk* c) { (*c->mutable_data())[100] ^= 1; }, good)},
+      {"NaN value", absl::StatusCode::kInvalidArgument, raw(nullptr, with_nan)},
+      {"Inf value", absl::StatusCode::kInvalidArgument, raw(nullptr, with_inf)},
+      {"truncated", absl::StatusCode::kInvalidArgument,
+       [&] {
+         auto m = Messages(a, Header(1, 10, 1.0), good);
+         m.pop_back();
+         return a.PushMessages(m).status();
+       }},
+      {"no header", absl::StatusCode::kInvalidArgument,
+       [&] {
+         auto m = Messages(a, Header(1, 10, 1.0), good);
+         m.erase(m.begin());
+         return a.PushMessages(m).status();
+       }},
+  };
+  for (const Case& c : cases) {
+    absl::Status s = c.push();
+    EXPECT_EQ(s.code(), c.code) << c.name << ": " << s;
+    ASSERT_EQ(0, std::memcmp(Global().data(), before.data(),
+                             before.size() * sizeof(float)))
+        << c.name << " changed the global model";
+    EXPECT_EQ(Status().history_size(), 0) << c.name;
+  }
+
+  // The round still works, and nothing of the rejected pushes leaked into the
+  // average: two valid updates of 0.25 move every weight by exactly 0.25.
+  ASSERT_TRUE(a.PushUpdate(Header(1, 10, 1.0), good).ok());
+  auto duplicate = a.PushUpdate(Header(1, 10, 1.0), good);
+  EXPECT_EQ(duplicate.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(Global(), before);
+  ASSERT_TRUE(selected[1]->PushUpdate(Header(1, 30, 1.0), good).ok());
+  const std::vector<float> after = Global();
+  for (size_t j = 0; j < after.size(); ++j) {
+    ASSERT_EQ(after[j], static_cast<float>(double{before[j]} + double{0.25f}))
+        << j;
+  }
+  const v1::RejectionCounts r = Status().history(0).rejected();
+  EXPECT_EQ(r.stale_round(), 1);
+  EXPECT_EQ(r.not_selected(), 1);
+  EXPECT_EQ(r.duplicate(), 1);
+  EXPECT_EQ(r.invalid(), 8);
+  EXPECT_EQ(r.incomplete(), 1);
+}
+
+TEST_F(CoordinatorServiceTest, OversizedChunkIsResourceExhausted) {
+  Start(SmallRun());
+  auto clients = JoinAll(3);
+  CoordinatorClient& a = *clients[0];
+  ASSERT_EQ(NextTask(a).task.type(), v1::TASK_TYPE_TRAIN);
+  const std::vector<float> before = Global();
+  // fc1.weight is 627,200 bytes; pretend it is one 2 MiB chunk.
+  auto messages =
+      Messages(a, Header(1, 10, 1.0), std::vector<float>(NumParameters()),
+               [](v1::TensorChunk* c) { c->mutable_data()->resize(2 << 20); });
+  EXPECT_EQ(a.PushMessages(messages).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(Global(), before);
+}
+
+TEST_F(CoordinatorServiceTest, ConvergenceStartsTheEvaluationPhase) {
+  CoordinatorOptions o = SmallRun();
+  o.max_rounds = 50;
+  o.convergence_threshold = 0.01;
+  Start(o);
+  auto clients = JoinAll(3);
+  const double losses[] = {1.0, 0.9, 0.895};  // the last improves by 0.56% < 1%
+  for (int round = 1; round <= 3; ++round) {
+    ASSERT_EQ(Status().phase(), v1::PHASE_TRAINING);
+    for (auto& c : clients) {
+      ASSERT_EQ(NextTask(*c).task.type(), v1::TASK_TYPE_TRAIN);
+      ASSERT_TRUE(c->PushUpdate(Header(round, 10, losses[round - 1]),
+                                std::vector<float>(NumParameters(), 0.0f))
+                      .ok());
+    }
+  }
+  v1::GetStatusResponse status = Status();
+  EXPECT_EQ(status.phase(), v1::PHASE_EVALUATING);
+  EXPECT_EQ(status.stop_reason(), "converged");
+  EXPECT_NEAR(status.history(1).relative_improvement(), 0.1, 1e-12);
+  EXPECT_NEAR(status.history(2).relative_improvement(), 0.005 / 0.9, 1e-12);
+  for (auto& c : clients)
+    EXPECT_EQ(NextTask(*c).task.type(), v1::TASK_TYPE_EVALUATE);
+}
+
+TEST_F(CoordinatorServiceTest, MaxRoundsStopsTraining) {
+  CoordinatorOptions o = SmallRun();
+  o.max_rounds = 1;
+  Start(o);
+  auto clients = JoinAll(3);
+  for (auto& c : clients) {
+    ASSERT_EQ(NextTask(*c).task.type(), v1::TASK_TYPE_TRAIN);
+    ASSERT_TRUE(
+        c->PushUpdate(Header(1, 10, 1.0), std::vector<float>(NumParameters()))
+            .ok());
+  }
+  EXPECT_EQ(Status().phase(), v1::PHASE_EVALUATING);
+  EXPECT_EQ(Status().stop_reason(), "max_rounds");
+  auto stale = clients[0]->PushUpdate(Header(2, 10, 1.0),
+                                      std::vector<float>(NumParameters()));
+  EXPECT_EQ(stale.status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(CoordinatorServiceTest, EvaluationIsWeightedByTestSizeWithTolerance) {
+  CoordinatorOptions o = SmallRun();
+  o.min_clients = 4;
+  o.clients_per_round = 4;
+  o.max_rounds = 1;
+  Start(o);
+  auto clients = JoinAll(4);
+  // Quorum of 4 at tolerance 0.3 is 3, in training as in evaluation: the fourth
+  // client stays silent throughout.
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(NextTask(*clients[i]).task.type(), v1::TASK_TYPE_TRAIN);
+    ASSERT_TRUE(clients[i]
+                    ->PushUpdate(Header(1, 10, 1.0),
+                                 std::vector<float>(NumParameters()))
+                    .ok());
+  }
+  ASSERT_EQ(Status().phase(), v1::PHASE_EVALUATING);
+  const double loss[] = {1.0, 2.0, 4.0};
+  const double accuracy[] = {0.5, 1.0, 0.25};
+  const int64_t size[] = {100, 300, 600};
+  for (int i = 0; i < 3; ++i) {
+    auto task = NextTask(*clients[i]);
+    ASSERT_EQ(task.task.type(), v1::TASK_TYPE_EVALUATE);
+    v1::ReportEvalRequest bad;
+    bad.set_round(task.task.round());
+    bad.set_test_accuracy(1.5);
+    bad.set_num_examples(10);
+    EXPECT_EQ(clients[i]->ReportEval(bad).code(),
+              absl::StatusCode::kInvalidArgument);
+    v1::ReportEvalRequest wrong_round = bad;
+    wrong_round.set_round(7);
+    wrong_round.set_test_accuracy(0.5);
+    EXPECT_EQ(clients[i]->ReportEval(wrong_round).code(),
+              absl::StatusCode::kFailedPrecondition);
+    v1::ReportEvalRequest report;
+    report.set_round(task.task.round());
+    report.set_test_loss(loss[i]);
+    report.set_test_accuracy(accuracy[i]);
+    report.set_num_examples(size[i]);
+    ASSERT_TRUE(clients[i]->ReportEval(report).ok());
+    if (i == 0) {
+      EXPECT_EQ(clients[i]->ReportEval(report).code(),
+                absl::StatusCode::kAlreadyExists);
+    }
+  }
+  ASSERT_TRUE(server_->rounds().AwaitPhase(v1::PHASE_DONE, kWait));
+  const v1::EvaluationResult result = Status().final_evaluation();
+  // (100*1 + 300*2 + 600*4) / 1000 and (100*0.5 + 300*1 + 600*0.25) / 1000.
+  EXPECT_DOUBLE_EQ(result.test_loss(), 3.1);
+  EXPECT_DOUBLE_EQ(result.test_accuracy(), 0.5);
+  EXPECT_EQ(result.num_examples(), 1000);
+  EXPECT_EQ(result.num_clients(), 3);
+  EXPECT_EQ(NextTask(*clients[3]).task.type(), v1::TASK_TYPE_DONE);
+}
+
+TEST_F(CoordinatorServiceTest, TokensAreCheckedOnEveryCall) {
+  CoordinatorOptions o = SmallRun();
+  o.join_token = "s3cret";
+  Start(o);
+  {
+    CoordinatorClient stranger(channel_);
+    EXPECT_EQ(stranger.Join(v1::JoinRequest()).status().code(),
+              absl::StatusCode::kUnauthenticated);
+  }
+  auto alice = Join("s3cret");
+  auto bob = Join("s3cret");
+  const std::string alice_token = alice->session_token();
+  v1::HeartbeatRequest beat;
+  ASSERT_TRUE(alice->Heartbeat(beat).ok());
+
+  alice->set_session_token("");
+  EXPECT_EQ(alice->Heartbeat(beat).status().code(),
+            absl::StatusCode::kUnauthenticated);
+  alice->set_session_token("not-a-token");
+  EXPECT_EQ(alice->Heartbeat(beat).status().code(),
+            absl::StatusCode::kUnauthenticated);
+  alice->set_session_token(bob->session_token());
+  EXPECT_EQ(alice->Heartbeat(beat).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(alice->RequestUpdate(absl::Milliseconds(1)).status().code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(
+      alice->PushUpdate(Header(1, 1, 1), std::vector<float>(NumParameters()))
+          .status()
+          .code(),
+      absl::StatusCode::kPermissionDenied);
+  v1::ReportEvalRequest report;
+  EXPECT_EQ(alice->ReportEval(report).code(),
+            absl::StatusCode::kPermissionDenied);
+  alice->set_session_token(alice_token);
+  alice->set_client_id("client-999");
+  EXPECT_EQ(alice->Heartbeat(beat).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+TEST_F(CoordinatorServiceTest, ModelLargerThanFourMegabytesRoundTrips) {
+  CoordinatorOptions o = SmallRun();
+  o.model = "mnist_cnn";  // 1,199,882 floats: 4.8 MB, over gRPC's default 4 MB
+                          // message
+  o.min_clients = 1;
+  o.clients_per_round = 1;
+  o.max_rounds = 1;
+  Start(o);
+  auto client = Join();
+  ASSERT_EQ(client->spec().num_parameters, 1199882);
+  auto task = NextTask(*client);
+  ASSERT_EQ(task.task.type(), v1::TASK_TYPE_TRAIN);
+  EXPECT_EQ(task.task.payload_bytes(), 1199882 * 4);
+  std::vector<float> initial(1199882);
+  InitializeParameters(*LookupModel("mnist_cnn"), o.seed,
+                       absl::MakeSpan(initial));
+  ASSERT_EQ(task.weights, initial);
+  std::vector<float> delta(initial.size());
+  for (size_t i = 0; i < delta.size(); ++i)
+    delta[i] = static_cast<float>(i % 97) * 1e-3f;
+  ASSERT_TRUE(client->PushUpdate(Header(1, 10, 1.0), delta).ok());
+  const std::vector<float> after = Global();
+  for (size_t i = 0; i < after.size(); ++i) {
+    ASSERT_EQ(after[i],
+              static_cast<float>(double{initial[i]} + double{delta[i]}))
+        << i;
+  }
+}
+
+TEST_F(CoordinatorServiceTest, ShutdownAnswersPendingPollsUnavailable) {
+  Start(SmallRun());
+  auto client = Join();
+  absl::StatusOr<CoordinatorClient::ReceivedTask> result;
+  std::thread poller(
+      [&] { result = client->RequestUpdate(absl::Seconds(20)); });
+  ASSERT_TRUE(server_->rounds().AwaitPendingPolls(1, kWait));
+  server_->Shutdown(absl::Seconds(5));
+  poller.join();
+  EXPECT_EQ(result.status().code(), absl::StatusCode::kUnavailable)
+      << result.status();
+}
+
+TEST_F(CoordinatorServiceTest, HealthIsServing) {
+  Start(SmallRun());
+  auto stub = grpc::health::v1::Health::NewStub(channel_);
+  grpc::ClientContext context;
+  grpc::health::v1::HealthCheckRequest request;
+  request.set_service("fedlearn.v1.Coordinator");
+  grpc::health::v1::HealthCheckResponse response;
+  ASSERT_TRUE(stub->Check(&context, request, &response).ok());
+  EXPECT_EQ(response.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+}
+
+}  // namespace
+}  // namespace fedlearn
