@@ -8,9 +8,8 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "common/flags.h"
 #include "common/log.h"
 #include "server/coordinator_server.h"
 #include "server/round_manager.h"
@@ -149,9 +148,9 @@ int Run() {
 }  // namespace fedlearn
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  fedlearn::ParseFlags(
+      argc, argv,
       "fedlearn-coordinator --port=50051 [flags]\n"
       "Serves fedlearn.v1.Coordinator: synchronous FedAvg rounds over gRPC.");
-  absl::ParseCommandLine(argc, argv);
   return fedlearn::Run();
 }

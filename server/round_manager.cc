@@ -382,6 +382,15 @@ int RoundManager::QuorumLocked() const {
   return std::clamp(quorum, 1, std::max(selected, 1));
 }
 
+void RoundManager::CloseIfAnsweredLocked(Callbacks* callbacks) {
+  const int accepted = static_cast<int>(attempt_->accepted.size());
+  if (accepted == static_cast<int>(attempt_->selected.size())) {
+    CloseAttemptLocked("all", absl::Now(), callbacks);
+  } else if (accepted >= QuorumLocked()) {
+    CloseAttemptLocked("quorum", absl::Now(), callbacks);
+  }
+}
+
 void RoundManager::CountRejectionLocked(Rejection reason) {
   if (attempt_ == nullptr) return;
   v1::RejectionCounts& r = attempt_->rejected;
@@ -498,12 +507,7 @@ absl::StatusOr<v1::PushGradientResponse> RoundManager::CommitUpdate(
     Logf("round %d: update from %s accepted (%d/%d, %d examples, loss %.4f)",
          a.round, header.client_id(), a.accepted.size(), a.selected.size(),
          header.num_examples(), header.train_loss());
-    const int accepted = static_cast<int>(a.accepted.size());
-    if (accepted == static_cast<int>(a.selected.size())) {
-      CloseAttemptLocked("all", absl::Now(), &callbacks);
-    } else if (accepted >= QuorumLocked()) {
-      CloseAttemptLocked("quorum", absl::Now(), &callbacks);
-    }
+    CloseIfAnsweredLocked(&callbacks);
   }
   for (auto& callback : callbacks) callback();
   return response;
@@ -552,12 +556,7 @@ absl::Status RoundManager::ReportEval(const v1::ReportEvalRequest& request) {
         "examples",
         a.round, request.client_id(), a.accepted.size(), a.selected.size(),
         request.test_loss(), request.test_accuracy(), request.num_examples());
-    const int accepted = static_cast<int>(a.accepted.size());
-    if (accepted == static_cast<int>(a.selected.size())) {
-      CloseAttemptLocked("all", absl::Now(), &callbacks);
-    } else if (accepted >= QuorumLocked()) {
-      CloseAttemptLocked("quorum", absl::Now(), &callbacks);
-    }
+    CloseIfAnsweredLocked(&callbacks);
   }
   for (auto& callback : callbacks) callback();
   return absl::OkStatus();
@@ -711,6 +710,7 @@ v1::GetStatusResponse RoundManager::GetStatus() const {
     info->set_rounds_contributed(c.rounds_contributed);
     info->set_batches_done(c.batches_done);
     info->set_batches_total(c.batches_total);
+    info->set_polling(c.active_polls > 0);
   }
   return status;
 }

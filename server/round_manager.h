@@ -207,6 +207,10 @@ class RoundManager {
                           Callbacks* callbacks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int QuorumLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Closes the open attempt if every selected client, or a quorum, has
+  // answered.
+  void CloseIfAnsweredLocked(Callbacks* callbacks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Checks a push header against the state; on rejection counts it.
   absl::Status CheckUpdateLocked(const v1::UpdateHeader& header)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

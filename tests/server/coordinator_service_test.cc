@@ -609,5 +609,62 @@ TEST_F(CoordinatorServiceTest, HealthIsServing) {
   EXPECT_EQ(response.status(), grpc::health::v1::HealthCheckResponse::SERVING);
 }
 
+// One request on the reflection stream, as grpcurl makes it, through the
+// generic stub: the request and response are raw protobuf bytes, so this needs
+// no reflection.proto.
+std::string Reflect(const std::shared_ptr<grpc::Channel>& channel,
+                    const std::string& request) {
+  grpc::GenericStub stub(channel);
+  grpc::CompletionQueue cq;
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kWait));
+  auto call = stub.PrepareCall(
+      &context,
+      "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
+  void* tag;
+  bool ok;
+  auto step = [&](int id) {
+    return cq.Next(&tag, &ok) && ok && tag == reinterpret_cast<void*>(id);
+  };
+  call->StartCall(reinterpret_cast<void*>(1));
+  if (!step(1)) return "start failed";
+  grpc::Slice slice(request);
+  grpc::ByteBuffer out(&slice, 1);
+  call->Write(out, reinterpret_cast<void*>(2));
+  if (!step(2)) return "write failed";
+  grpc::ByteBuffer in;
+  call->Read(&in, reinterpret_cast<void*>(3));
+  if (!step(3)) return "read failed";
+  call->WritesDone(reinterpret_cast<void*>(4));
+  step(4);
+  grpc::Status status;
+  call->Finish(&status, reinterpret_cast<void*>(5));
+  step(5);
+  std::vector<grpc::Slice> slices;
+  if (!in.Dump(&slices).ok()) return "dump failed";
+  std::string response;
+  for (const grpc::Slice& s : slices) {
+    response.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  }
+  return response;
+}
+
+TEST_F(CoordinatorServiceTest, ReflectionDescribesTheServices) {
+  Start(SmallRun());
+  // ServerReflectionRequest{list_services: ""}: field 7, length-delimited,
+  // empty.
+  const std::string services = Reflect(channel_, std::string("\x3a\x00", 2));
+  EXPECT_THAT(services, HasSubstr("fedlearn.v1.Coordinator"));
+  EXPECT_THAT(services, HasSubstr("grpc.health.v1.Health"));
+  // ServerReflectionRequest{file_containing_symbol: "fedlearn.v1.Coordinator"}:
+  // field 4.
+  const std::string symbol = "fedlearn.v1.Coordinator";
+  const std::string file =
+      Reflect(channel_,
+              std::string("\x22") + static_cast<char>(symbol.size()) + symbol);
+  EXPECT_THAT(file, HasSubstr("fedlearn/v1/coordinator.proto"));
+  EXPECT_THAT(file, HasSubstr("PushGradient"));
+}
+
 }  // namespace
 }  // namespace fedlearn

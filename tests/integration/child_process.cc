@@ -1,0 +1,108 @@
+#include "tests/integration/child_process.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "absl/time/clock.h"
+
+extern char** environ;
+
+namespace fedlearn::testing {
+
+ChildProcess::ChildProcess(const std::vector<std::string>& argv) {
+  int pipe_fds[2];
+  if (pipe(pipe_fds) != 0) return;
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], STDERR_FILENO);
+  posix_spawn_file_actions_addclose(&actions, pipe_fds[0]);
+  std::vector<char*> args;
+  for (const std::string& a : argv)
+    args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid;
+  if (posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ) == 0)
+    pid_ = pid;
+  posix_spawn_file_actions_destroy(&actions);
+  close(pipe_fds[1]);
+  fd_ = pipe_fds[0];
+}
+
+ChildProcess::~ChildProcess() {
+  if (pid_ > 0 && !exit_code_.has_value()) {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
+  if (fd_ >= 0) close(fd_);
+}
+
+bool ChildProcess::ReadSome(absl::Duration timeout) {
+  if (fd_ < 0) return false;
+  pollfd p{fd_, POLLIN, 0};
+  const int ready =
+      poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(timeout)));
+  if (ready <= 0) return ready == 0;  // timeout: not the end
+  char buffer[4096];
+  const ssize_t n = read(fd_, buffer, sizeof(buffer));
+  if (n <= 0) {
+    close(fd_);
+    fd_ = -1;
+    return false;
+  }
+  output_.append(buffer, static_cast<size_t>(n));
+  return true;
+}
+
+std::optional<std::string> ChildProcess::WaitForLine(const std::string& needle,
+                                                     absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  for (;;) {
+    // Match complete lines only, each once.
+    size_t end;
+    while ((end = output_.find('\n', scanned_)) != std::string::npos) {
+      std::string line = output_.substr(scanned_, end - scanned_);
+      scanned_ = end + 1;
+      if (line.find(needle) != std::string::npos) return line;
+    }
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration() || !ReadSome(left)) return std::nullopt;
+  }
+}
+
+void ChildProcess::Signal(int signal) {
+  if (pid_ > 0 && !exit_code_.has_value()) kill(pid_, signal);
+}
+
+std::optional<int> ChildProcess::Wait(absl::Duration timeout) {
+  if (exit_code_.has_value() || pid_ <= 0) return exit_code_;
+  // A pidfd becomes readable when the child exits: wait on it and on the output
+  // pipe (which must keep draining, or a chatty child blocks on a full pipe).
+  const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, pid_, 0));
+  const absl::Time deadline = absl::Now() + timeout;
+  std::optional<int> result;
+  for (;;) {
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      while (fd_ >= 0 && ReadSome(absl::ZeroDuration())) {
+      }
+      exit_code_ =
+          WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      result = exit_code_;
+      break;
+    }
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) break;
+    pollfd fds[2] = {{pidfd, POLLIN, 0}, {fd_, POLLIN, 0}};  // poll skips fd -1
+    poll(fds, 2, static_cast<int>(absl::ToInt64Milliseconds(left)) + 1);
+    if (fds[1].revents != 0) ReadSome(absl::ZeroDuration());
+  }
+  if (pidfd >= 0) close(pidfd);
+  return result;
+}
+
+}  // namespace fedlearn::testing

@@ -1,0 +1,176 @@
+// The fedlearn-coordinator binary as users run it: a real process on a real
+// port.
+
+#include <grpcpp/create_channel.h>
+#include <signal.h>
+
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "client/coordinator_client.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/integration/child_process.h"
+
+namespace fedlearn {
+namespace {
+
+using ::fedlearn::testing::ChildProcess;
+using ::testing::HasSubstr;
+
+constexpr absl::Duration kTimeout = absl::Seconds(20);
+
+// Starts the coordinator on a free port; returns the port (0 on failure).
+int StartCoordinator(ChildProcess& process) {
+  auto line = process.WaitForLine("listening on", kTimeout);
+  if (!line.has_value()) return 0;
+  const size_t at = line->rfind("(port ");
+  int port = 0;
+  if (at == std::string::npos ||
+      !absl::SimpleAtoi(line->substr(at + 6, line->size() - at - 7), &port)) {
+    return 0;
+  }
+  return port;
+}
+
+std::vector<std::string> Command(std::vector<std::string> flags) {
+  flags.insert(flags.begin(),
+               {FEDLEARN_COORDINATOR_BINARY, "--port=0", "--bind=127.0.0.1"});
+  return flags;
+}
+
+std::unique_ptr<CoordinatorClient> Connect(int port) {
+  return std::make_unique<CoordinatorClient>(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials()));
+}
+
+TEST(CoordinatorProcessTest, SigtermShutsDownGracefully) {
+  ChildProcess coordinator(Command({"--model=mlp_2nn", "--min_clients=5"}));
+  ASSERT_TRUE(coordinator.started());
+  const int port = StartCoordinator(coordinator);
+  ASSERT_GT(port, 0) << coordinator.output();
+  auto client = Connect(port);
+  ASSERT_TRUE(client->Join(v1::JoinRequest()).ok());
+  // A poll held open (not enough clients to start) is answered UNAVAILABLE at
+  // shutdown.
+  absl::StatusOr<CoordinatorClient::ReceivedTask> poll;
+  std::thread poller([&] { poll = client->RequestUpdate(absl::Seconds(15)); });
+  auto observer = Connect(port);
+  const absl::Time deadline = absl::Now() + kTimeout;
+  bool held = false;
+  while (!held && absl::Now() < deadline) {
+    auto status = observer->GetStatus();
+    held = status.ok() && status->clients_size() == 1 &&
+           status->clients(0).polling();
+  }
+  coordinator.Signal(SIGTERM);
+  const std::optional<int> exit_code = coordinator.Wait(kTimeout);
+  poller.join();
+  ASSERT_TRUE(held) << "the poll was never held open";
+  ASSERT_TRUE(exit_code.has_value()) << "still running after SIGTERM";
+  EXPECT_EQ(*exit_code, 0) << coordinator.output();
+  EXPECT_EQ(poll.status().code(), absl::StatusCode::kUnavailable)
+      << poll.status();
+  EXPECT_THAT(coordinator.output(), HasSubstr("shutting down"));
+  EXPECT_THAT(coordinator.output(), HasSubstr("stopped; peak RSS"));
+}
+
+TEST(CoordinatorProcessTest, ExitsByItselfOnceTheRunIsDone) {
+  ChildProcess coordinator(Command({"--model=mlp_2nn", "--min_clients=1",
+                                    "--max_rounds=1", "--done_grace=20s"}));
+  const int port = StartCoordinator(coordinator);
+  ASSERT_GT(port, 0) << coordinator.output();
+  auto client = Connect(port);
+  ASSERT_TRUE(client->Join(v1::JoinRequest()).ok());
+  bool done = false;
+  for (int polls = 0; polls < 10 && !done; ++polls) {
+    auto task = client->RequestUpdate(absl::Seconds(5));
+    ASSERT_TRUE(task.ok()) << task.status();
+    switch (task->task.type()) {
+      case v1::TASK_TYPE_TRAIN: {
+        v1::UpdateHeader header;
+        header.set_round(task->task.round());
+        header.set_num_examples(10);
+        header.set_train_loss(1.0);
+        std::vector<float> delta(task->weights.size(), 0.001f);
+        ASSERT_TRUE(client->PushUpdate(header, delta).ok());
+        break;
+      }
+      case v1::TASK_TYPE_EVALUATE: {
+        v1::ReportEvalRequest report;
+        report.set_round(task->task.round());
+        report.set_test_accuracy(0.5);
+        report.set_num_examples(10);
+        ASSERT_TRUE(client->ReportEval(report).ok());
+        break;
+      }
+      case v1::TASK_TYPE_DONE:
+        done = true;
+        break;
+      default:
+        break;
+    }
+  }
+  ASSERT_TRUE(done);
+  const std::optional<int> exit_code = coordinator.Wait(kTimeout);
+  ASSERT_TRUE(exit_code.has_value()) << "still running after DONE";
+  EXPECT_EQ(*exit_code, 0) << coordinator.output();
+  EXPECT_THAT(coordinator.output(), HasSubstr("run done"));
+}
+
+TEST(CoordinatorProcessTest, BadFlagValueIsAClearError) {
+  ChildProcess coordinator(Command({"--tolerance=1.5"}));
+  const std::optional<int> exit_code = coordinator.Wait(kTimeout);
+  ASSERT_TRUE(exit_code.has_value());
+  EXPECT_EQ(*exit_code, 2);
+  EXPECT_THAT(coordinator.output(),
+              HasSubstr("--tolerance: must be in [0, 1)"));
+
+  ChildProcess unknown_model(Command({"--model=resnet"}));
+  EXPECT_EQ(unknown_model.Wait(kTimeout), 2);
+  EXPECT_THAT(unknown_model.output(), HasSubstr("unknown model \"resnet\""));
+}
+
+TEST(CoordinatorProcessTest, HelpListsEveryFlagWithItsDefault) {
+  ChildProcess help({FEDLEARN_COORDINATOR_BINARY, "--help"});
+  ASSERT_TRUE(help.Wait(kTimeout).has_value());
+  for (const char* flag :
+       {"--port", "--min_clients", "--clients_per_round", "--fraction",
+        "--over_selection", "--tolerance", "--round_timeout", "--max_rounds",
+        "--rounds_between_validations", "--convergence_threshold",
+        "--join_token", "--seed", "--model"}) {
+    EXPECT_THAT(help.output(), HasSubstr(absl::StrCat(flag, " ("))) << flag;
+  }
+  EXPECT_THAT(help.output(), HasSubstr("default: 0.3"));
+}
+
+TEST(CoordinatorProcessTest, ReadmeDocumentsEveryFlag) {
+  ChildProcess help({FEDLEARN_COORDINATOR_BINARY, "--help"});
+  ASSERT_TRUE(help.Wait(kTimeout).has_value());
+  std::ifstream file(absl::StrCat(FEDLEARN_SOURCE_DIR, "/README.md"));
+  const std::string readme((std::istreambuf_iterator<char>(file)),
+                           std::istreambuf_iterator<char>());
+  ASSERT_FALSE(readme.empty());
+  // Help lines read "    --name (description); default: value;".
+  int flags = 0;
+  for (absl::string_view line : absl::StrSplit(help.output(), '\n')) {
+    line = absl::StripLeadingAsciiWhitespace(line);
+    if (!absl::StartsWith(line, "--")) continue;
+    const std::string name(line.substr(0, line.find(' ')));
+    ++flags;
+    EXPECT_THAT(readme, HasSubstr(absl::StrCat("| `", name, "` |")))
+        << name << " is missing from the README's flag table";
+  }
+  EXPECT_GE(flags, 25);
+}
+
+}  // namespace
+}  // namespace fedlearn
