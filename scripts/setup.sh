@@ -12,8 +12,10 @@ packages=(
   grpc-proto libabsl-dev libeigen3-dev zlib1g-dev libssl-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
-  # tools the scripts and tests call
-  python3 ca-certificates curl procps
+  # tools the scripts and tests call (npm for scripts/fetch-data.sh comes with
+  # NodeSource's nodejs, which conflicts with Debian's npm package: fetch-data.sh
+  # installs Debian's npm itself when there is no npm command)
+  python3 ca-certificates curl procps nodejs
 )
 
 missing=()
