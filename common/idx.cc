@@ -355,4 +355,18 @@ absl::Status WriteIdx(const std::string& images_path,
   return WriteFile(labels_path, labels);
 }
 
+Dataset Subset(const Dataset& data, absl::Span<const int64_t> indices) {
+  Dataset out;
+  out.rows = data.rows;
+  out.cols = data.cols;
+  const size_t image = static_cast<size_t>(data.pixels_per_image());
+  out.pixels.resize(indices.size() * image);
+  out.labels.resize(indices.size());
+  for (size_t i = 0; i < indices.size(); ++i) {
+    std::copy_n(data.image(indices[i]), image, out.pixels.data() + i * image);
+    out.labels[i] = data.labels[static_cast<size_t>(indices[i])];
+  }
+  return out;
+}
+
 }  // namespace fedlearn

@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 
 namespace fedlearn {
 
@@ -62,6 +63,10 @@ absl::StatusOr<Dataset> LoadIdx(const std::string& images_path,
 // otherwise as LoadIdx.
 absl::StatusOr<Dataset> LoadMnistDir(const std::string& dir, bool train,
                                      int num_classes = 10);
+
+// The examples of `data` at `indices` (each < data.size()), in that order: a
+// client's partition as a dataset of its own.
+Dataset Subset(const Dataset& data, absl::Span<const int64_t> indices);
 
 // Writes `data` as an uncompressed IDX image file and label file, replacing
 // any existing files. INVALID_ARGUMENT if the dataset is inconsistent

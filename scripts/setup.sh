@@ -9,7 +9,7 @@ packages=(
   build-essential cmake ninja-build pkg-config ccache clang clang-format
   # libraries
   libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  grpc-proto libabsl-dev libeigen3-dev zlib1g-dev libssl-dev
+  grpc-proto libabsl-dev libeigen3-dev libopenblas-dev zlib1g-dev libssl-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # tools the scripts and tests call (npm for scripts/fetch-data.sh comes with

@@ -287,6 +287,9 @@ void RoundManager::CancelPoll(uint64_t poll_id) {
 
 void RoundManager::NoteSentLocked(const Task& task, Client* client) {
   if (task.type == v1::TASK_TYPE_DONE) client->told_done = true;
+  if (task.weights != nullptr) {
+    bytes_sent_ += static_cast<int64_t>(task.weights->size() * sizeof(float));
+  }
 }
 
 void RoundManager::DeliverTasksLocked(Callbacks* callbacks) {
@@ -603,10 +606,18 @@ void RoundManager::CloseAttemptLocked(absl::string_view outcome, absl::Time now,
       phase_ = v1::PHASE_DONE;
       Logf(
           "round %d: evaluation closed (%s): test loss %.4f accuracy %.4f over "
-          "%d examples; "
-          "run done",
+          "%d examples",
           a->round, outcome, result.test_loss(), result.test_accuracy(),
           result.num_examples());
+      int64_t bytes_received = record.bytes_received();
+      for (const v1::RoundRecord& r : history_)
+        bytes_received += r.bytes_received();
+      Logf(
+          "run done: %d rounds (%s), final test accuracy %.2f%%, %.1f MB "
+          "received, "
+          "%.1f MB sent",
+          a->round, stop_reason_, 100 * result.test_accuracy(),
+          bytes_received / 1e6, bytes_sent_ / 1e6);
     }
   } else if (abandoned) {
     Logf(

@@ -243,6 +243,8 @@ class RoundManager {
   std::string stop_reason_ ABSL_GUARDED_BY(mu_);
   std::optional<v1::EvaluationResult> final_evaluation_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::RoundRecord> history_ ABSL_GUARDED_BY(mu_);
+  int64_t bytes_sent_ ABSL_GUARDED_BY(mu_) =
+      0;  // weights handed to task streams
   absl::flat_hash_map<std::string, std::unique_ptr<Client>> clients_
       ABSL_GUARDED_BY(mu_);
   std::vector<std::string> join_order_ ABSL_GUARDED_BY(mu_);

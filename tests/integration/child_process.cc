@@ -7,6 +7,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fstream>
+#include <iterator>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 
 extern char** environ;
@@ -103,6 +109,25 @@ std::optional<int> ChildProcess::Wait(absl::Duration timeout) {
   }
   if (pidfd >= 0) close(pidfd);
   return result;
+}
+
+std::vector<std::string> FlagsInHelp(const std::string& help) {
+  // Help lines read "    --name (description); default: value;".
+  std::vector<std::string> flags;
+  for (absl::string_view line : absl::StrSplit(help, '\n')) {
+    line = absl::StripLeadingAsciiWhitespace(line);
+    if (absl::StartsWith(line, "--") &&
+        line.find(" (") != absl::string_view::npos) {
+      flags.emplace_back(line.substr(0, line.find(' ')));
+    }
+  }
+  return flags;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream file(path);
+  return std::string((std::istreambuf_iterator<char>(file)),
+                     std::istreambuf_iterator<char>());
 }
 
 }  // namespace fedlearn::testing

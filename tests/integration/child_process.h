@@ -48,6 +48,13 @@ class ChildProcess {
   std::optional<int> exit_code_;
 };
 
+// The flag names ("--port") a fedlearn binary's --help output lists, in order.
+std::vector<std::string> FlagsInHelp(const std::string& help);
+
+// The README of the source tree (FEDLEARN_SOURCE_DIR), or "" if it cannot be
+// read.
+std::string ReadFile(const std::string& path);
+
 }  // namespace fedlearn::testing
 
 #endif  // FEDLEARN_TESTS_INTEGRATION_CHILD_PROCESS_H_

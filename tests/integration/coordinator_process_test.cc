@@ -4,17 +4,12 @@
 #include <grpcpp/create_channel.h>
 #include <signal.h>
 
-#include <fstream>
-#include <iterator>
 #include <memory>
 #include <string>
 #include <thread>
 
-#include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "client/coordinator_client.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -123,7 +118,8 @@ TEST(CoordinatorProcessTest, ExitsByItselfOnceTheRunIsDone) {
   const std::optional<int> exit_code = coordinator.Wait(kTimeout);
   ASSERT_TRUE(exit_code.has_value()) << "still running after DONE";
   EXPECT_EQ(*exit_code, 0) << coordinator.output();
-  EXPECT_THAT(coordinator.output(), HasSubstr("run done"));
+  EXPECT_THAT(coordinator.output(),
+              HasSubstr("run done: 1 rounds (max_rounds)"));
 }
 
 TEST(CoordinatorProcessTest, BadFlagValueIsAClearError) {
@@ -155,21 +151,15 @@ TEST(CoordinatorProcessTest, HelpListsEveryFlagWithItsDefault) {
 TEST(CoordinatorProcessTest, ReadmeDocumentsEveryFlag) {
   ChildProcess help({FEDLEARN_COORDINATOR_BINARY, "--help"});
   ASSERT_TRUE(help.Wait(kTimeout).has_value());
-  std::ifstream file(absl::StrCat(FEDLEARN_SOURCE_DIR, "/README.md"));
-  const std::string readme((std::istreambuf_iterator<char>(file)),
-                           std::istreambuf_iterator<char>());
+  const std::string readme =
+      testing::ReadFile(absl::StrCat(FEDLEARN_SOURCE_DIR, "/README.md"));
   ASSERT_FALSE(readme.empty());
-  // Help lines read "    --name (description); default: value;".
-  int flags = 0;
-  for (absl::string_view line : absl::StrSplit(help.output(), '\n')) {
-    line = absl::StripLeadingAsciiWhitespace(line);
-    if (!absl::StartsWith(line, "--")) continue;
-    const std::string name(line.substr(0, line.find(' ')));
-    ++flags;
-    EXPECT_THAT(readme, HasSubstr(absl::StrCat("| `", name, "` |")))
-        << name << " is missing from the README's flag table";
+  const std::vector<std::string> flags = testing::FlagsInHelp(help.output());
+  EXPECT_GE(flags.size(), 25u);
+  for (const std::string& flag : flags) {
+    EXPECT_THAT(readme, HasSubstr(absl::StrCat("| `", flag, "` |")))
+        << flag << " is missing from the README's coordinator flag table";
   }
-  EXPECT_GE(flags, 25);
 }
 
 }  // namespace

@@ -1,0 +1,600 @@
+#include "client/agent.h"
+
+#include <google/protobuf/util/message_differencer.h>
+#include <grpcpp/client_context.h>
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+#include <grpcpp/support/channel_arguments.h>
+#include <grpcpp/support/client_interceptor.h>
+
+#include <algorithm>
+#include <atomic>
+#include <climits>
+#include <optional>
+#include <thread>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/notification.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+
+namespace fedlearn {
+
+// Cancels the gRPC calls registered with it and, once cancelled, every call
+// registered later. Calls register themselves (CancelInterceptor) when they are
+// made over a MakeCoordinatorChannel channel from a thread that has a
+// ScopedCanceller. Thread-safe.
+class CallCanceller {
+ public:
+  void Add(grpc::ClientContext* context) {
+    absl::MutexLock lock(&mu_);
+    if (cancelled_) {
+      context->TryCancel();
+    } else {
+      live_.insert(context);
+    }
+  }
+
+  void Remove(grpc::ClientContext* context) {
+    absl::MutexLock lock(&mu_);
+    live_.erase(context);
+  }
+
+  // TryCancel is called with the lock held on purpose: Remove (from the call's
+  // own thread, before its context goes away) then waits, so no context is
+  // cancelled after its end. TryCancel only flags the call; it never calls
+  // back into us.
+  void CancelAll() {
+    absl::MutexLock lock(&mu_);
+    cancelled_ = true;
+    for (grpc::ClientContext* context : live_) context->TryCancel();
+    live_.clear();
+  }
+
+ private:
+  absl::Mutex mu_;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+  absl::flat_hash_set<grpc::ClientContext*> live_ ABSL_GUARDED_BY(mu_);
+};
+
+namespace {
+
+// The canceller of the calls this thread makes; null: calls are not tracked.
+// gRPC's synchronous API creates a call, and so its interceptors, on the
+// thread that makes it, which is how a call finds its canceller without the
+// RPC layer (CoordinatorClient) knowing about any of this.
+thread_local CallCanceller* t_canceller = nullptr;
+
+// Makes `canceller` this thread's for its lifetime.
+class ScopedCanceller {
+ public:
+  explicit ScopedCanceller(CallCanceller* canceller) : previous_(t_canceller) {
+    t_canceller = canceller;
+  }
+  ~ScopedCanceller() { t_canceller = previous_; }
+  ScopedCanceller(const ScopedCanceller&) = delete;
+  ScopedCanceller& operator=(const ScopedCanceller&) = delete;
+
+ private:
+  CallCanceller* const previous_;
+};
+
+// Registers its call with the creating thread's canceller from creation until
+// the call's status arrives (or the call is destroyed without one).
+class CancelInterceptor : public grpc::experimental::Interceptor {
+ public:
+  CancelInterceptor(CallCanceller* canceller, grpc::ClientContext* context)
+      : canceller_(canceller), context_(context) {
+    if (canceller_ != nullptr) canceller_->Add(context_);
+  }
+  ~CancelInterceptor() override {
+    if (canceller_ != nullptr) canceller_->Remove(context_);
+  }
+
+  void Intercept(
+      grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (canceller_ != nullptr &&
+        methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::POST_RECV_STATUS)) {
+      canceller_->Remove(context_);
+    }
+    methods->Proceed();
+  }
+
+ private:
+  CallCanceller* const canceller_;
+  grpc::ClientContext* const context_;
+};
+
+class CancelInterceptorFactory
+    : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      grpc::experimental::ClientRpcInfo* info) override {
+    return new CancelInterceptor(t_canceller, info->client_context());
+  }
+};
+
+// Sends heartbeats with the training progress from a thread of its own while
+// one round trains. It speaks for the agent through a CoordinatorClient of its
+// own (they are not thread-safe) carrying the agent's id and token over the
+// agent's channel. A failed heartbeat is logged once and otherwise ignored:
+// the push that follows finds out what is wrong. Destroying it stops the
+// thread, cutting short a heartbeat in flight.
+class HeartbeatLoop {
+ public:
+  HeartbeatLoop(std::shared_ptr<grpc::Channel> channel,
+                const CoordinatorClient& identity, std::string name,
+                int64_t round, absl::Duration interval,
+                const std::atomic<int64_t>* done,
+                const std::atomic<int64_t>* total)
+      : client_(std::move(channel)),
+        name_(std::move(name)),
+        round_(round),
+        interval_(interval),
+        done_(done),
+        total_(total) {
+    client_.set_client_id(identity.client_id());
+    client_.set_session_token(identity.session_token());
+    thread_ = std::thread([this] { Loop(); });
+  }
+
+  ~HeartbeatLoop() {
+    stop_.Notify();
+    canceller_.CancelAll();
+    thread_.join();
+  }
+
+  HeartbeatLoop(const HeartbeatLoop&) = delete;
+  HeartbeatLoop& operator=(const HeartbeatLoop&) = delete;
+
+ private:
+  void Loop() {
+    ScopedCanceller scope(&canceller_);
+    bool reported = false;
+    while (!stop_.WaitForNotificationWithTimeout(interval_)) {
+      v1::HeartbeatRequest beat;
+      beat.set_round(round_);
+      beat.set_batches_done(done_->load(std::memory_order_relaxed));
+      beat.set_batches_total(total_->load(std::memory_order_relaxed));
+      absl::StatusOr<v1::HeartbeatResponse> answer = client_.Heartbeat(beat);
+      if (!answer.ok() && !reported && !stop_.HasBeenNotified()) {
+        Logf("%s: round %d: heartbeat failed: %s", name_, round_,
+             answer.status().ToString());
+        reported = true;
+      }
+    }
+  }
+
+  CoordinatorClient client_;
+  const std::string name_;
+  const int64_t round_;
+  const absl::Duration interval_;
+  const std::atomic<int64_t>* const done_;
+  const std::atomic<int64_t>* const total_;
+  CallCanceller canceller_;
+  absl::Notification stop_;
+  std::thread thread_;  // last: starts once everything above is ready
+};
+
+// How long a wait that cannot be woken (AwaitCoordinator's) may delay Stop().
+constexpr absl::Duration kStopLatency = absl::Milliseconds(100);
+
+bool IsRetryable(absl::StatusCode code) {
+  return code == absl::StatusCode::kUnavailable ||
+         code == absl::StatusCode::kDeadlineExceeded ||
+         code == absl::StatusCode::kCancelled;
+}
+
+// The answers to a push or report that only mean the round has moved on
+// without it: not counted, nothing to fix.
+bool RoundMovedOn(absl::StatusCode code) {
+  return code == absl::StatusCode::kFailedPrecondition ||
+         code == absl::StatusCode::kAlreadyExists ||
+         code == absl::StatusCode::kCancelled;
+}
+
+std::string Millis(absl::Duration d) {
+  return absl::FormatDuration(absl::Trunc(d, absl::Milliseconds(1)));
+}
+
+std::string MegaBytes(int64_t bytes) {
+  return absl::StrFormat("%.2f MB", static_cast<double>(bytes) / 1e6);
+}
+
+int64_t PayloadBytes(const std::vector<float>& values) {
+  return static_cast<int64_t>(values.size() * sizeof(float));
+}
+
+}  // namespace
+
+std::shared_ptr<grpc::Channel> MakeCoordinatorChannel(
+    const std::string& address, absl::Duration max_backoff) {
+  grpc::ChannelArguments args;
+  // Redial a coordinator that went away soon and then at most every
+  // max_backoff, in step with the agent's own retries: a call on a channel
+  // waiting out its reconnect backoff fails at once without trying.
+  const int64_t max_ms =
+      std::clamp<int64_t>(absl::ToInt64Milliseconds(max_backoff), 100, INT_MAX);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, static_cast<int>(max_ms));
+  std::vector<
+      std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
+      interceptors;
+  interceptors.push_back(std::make_unique<CancelInterceptorFactory>());
+  return grpc::experimental::CreateCustomChannelWithInterceptors(
+      address, grpc::InsecureChannelCredentials(), args,
+      std::move(interceptors));
+}
+
+Agent::Agent(AgentOptions options, TrainerFactory trainer_factory)
+    : options_(std::move(options)),
+      trainer_factory_(std::move(trainer_factory)),
+      name_(options_.display_name.empty() ? "agent" : options_.display_name),
+      target_(options_.coordinator.empty() ? "the coordinator"
+                                           : options_.coordinator),
+      channel_(options_.channel != nullptr
+                   ? options_.channel
+                   : MakeCoordinatorChannel(options_.coordinator,
+                                            options_.max_backoff)),
+      canceller_(std::make_unique<CallCanceller>()),
+      client_(channel_),
+      jitter_(options_.jitter_seed != 0 ? options_.jitter_seed
+                                        : std::random_device()()) {}
+
+Agent::~Agent() = default;
+
+void Agent::Stop() {
+  {
+    absl::MutexLock lock(&stop_mu_);
+    stopped_ = true;
+  }
+  canceller_->CancelAll();
+}
+
+bool Agent::stopping() const {
+  absl::MutexLock lock(&stop_mu_);
+  return stopped_;
+}
+
+absl::Status Agent::Stopped() const {
+  return absl::CancelledError(absl::StrCat(name_, ": stopped"));
+}
+
+absl::Status Agent::Pause(absl::Duration delay) {
+  absl::MutexLock lock(&stop_mu_);
+  if (stop_mu_.AwaitWithTimeout(absl::Condition(&stopped_), delay)) {
+    return Stopped();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Agent::AwaitCoordinator(absl::Duration delay) {
+  const absl::Time until = absl::Now() + delay;
+  grpc_connectivity_state state = channel_->GetState(/*try_to_connect=*/true);
+  bool down = state != GRPC_CHANNEL_READY;
+  for (;;) {
+    if (stopping()) return Stopped();
+    const absl::Time now = absl::Now();
+    if (now >= until) return absl::OkStatus();
+    if (down && state == GRPC_CHANNEL_READY) return absl::OkStatus();  // back
+    const absl::Time slice = std::min(until, now + kStopLatency);
+    if (channel_->WaitForStateChange(state, absl::ToChronoTime(slice))) {
+      state = channel_->GetState(/*try_to_connect=*/true);
+      down |= state != GRPC_CHANNEL_READY;
+    }
+  }
+}
+
+absl::Duration Agent::NextBackoff() {
+  const int doublings = std::min(failures_, 30);
+  ++failures_;
+  const absl::Duration capped =
+      std::min(options_.max_backoff,
+               options_.initial_backoff * (int64_t{1} << doublings));
+  std::uniform_real_distribution<double> jitter(0.8, 1.2);
+  return capped * jitter(jitter_);
+}
+
+void Agent::NoteContact(Op op) {
+  last_contact_ = absl::Now();
+  repeats_[op] = 0;
+  if (op != Op::kJoin) {
+    failures_ = 0;
+    rejoined_ = false;
+  }
+}
+
+absl::StatusOr<AgentSummary> Agent::Run() {
+  const absl::Time start = absl::Now();
+  ScopedCanceller scope(canceller_.get());
+  last_contact_ = start;
+  FEDLEARN_RETURN_IF_ERROR(Join());
+  for (;;) {
+    if (stopping()) return Stopped();
+    absl::StatusOr<CoordinatorClient::ReceivedTask> received =
+        client_.RequestUpdate(options_.poll_wait);
+    if (!received.ok()) {
+      FEDLEARN_RETURN_IF_ERROR(Recover(Op::kPoll, received.status()));
+      continue;
+    }
+    NoteContact(Op::kPoll);
+    const v1::Task& task = received->task;
+    switch (task.type()) {
+      case v1::TASK_TYPE_WAIT:
+        FEDLEARN_RETURN_IF_ERROR(Pause(
+            absl::Milliseconds(std::max<int64_t>(0, task.retry_after_ms()))));
+        break;
+      case v1::TASK_TYPE_TRAIN:
+        summary_.bytes_received += PayloadBytes(received->weights);
+        FEDLEARN_RETURN_IF_ERROR(Train(*std::move(received)));
+        break;
+      case v1::TASK_TYPE_EVALUATE:
+        summary_.bytes_received += PayloadBytes(received->weights);
+        FEDLEARN_RETURN_IF_ERROR(Evaluate(*received));
+        break;
+      case v1::TASK_TYPE_DONE:
+        summary_.wall_time = absl::Now() - start;
+        Logf("%s: run %s done after %d rounds trained", name_, summary_.run_id,
+             summary_.rounds_trained);
+        return summary_;
+      default:
+        FEDLEARN_RETURN_IF_ERROR(
+            Recover(Op::kPoll, absl::InternalError(absl::StrCat(
+                                   "task of unknown type ", task.type()))));
+        break;
+    }
+  }
+}
+
+absl::Status Agent::Join() {
+  v1::JoinRequest request;
+  request.set_join_token(options_.join_token);
+  request.set_display_name(options_.display_name);
+  request.set_num_train_examples(options_.num_train_examples);
+  request.set_num_test_examples(options_.num_test_examples);
+  absl::StatusOr<v1::JoinResponse> joined;
+  for (;;) {
+    if (stopping()) return Stopped();
+    joined = client_.Join(request);
+    if (joined.ok()) break;
+    const absl::Status& error = joined.status();
+    switch (error.code()) {
+      case absl::StatusCode::kUnauthenticated:
+        return absl::UnauthenticatedError(absl::StrCat(
+            name_, ": ", target_, " refused the join: ", error.message(),
+            " (check --join_token)"));
+      case absl::StatusCode::kPermissionDenied:
+      case absl::StatusCode::kInvalidArgument:
+        return absl::Status(
+            error.code(), absl::StrCat(name_, ": ", target_,
+                                       " refused the join: ", error.message()));
+      default:
+        FEDLEARN_RETURN_IF_ERROR(Recover(Op::kJoin, error));
+    }
+  }
+  NoteContact(Op::kJoin);
+  const bool same_model =
+      trainer_ != nullptr && google::protobuf::util::MessageDifferencer::Equals(
+                                 joined_.model(), joined->model());
+  joined_ = *std::move(joined);
+  ++summary_.joins;
+  summary_.client_id = joined_.client_id();
+  summary_.run_id = joined_.run_id();
+  const v1::TrainingPlan& plan = joined_.plan();
+  Logf(
+      "%s: joined %s as %s (run %s): model %s, %d parameters; plan %d "
+      "epoch(s), batch %d, %s",
+      name_, target_, joined_.client_id(), joined_.run_id(),
+      joined_.model().name(), joined_.model().num_parameters(), plan.epochs(),
+      plan.batch_size(), plan.optimizer());
+  if (same_model) return absl::OkStatus();
+  trainer_.reset();
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer = trainer_factory_(joined_);
+  if (!trainer.ok()) {
+    return absl::Status(
+        trainer.status().code(),
+        absl::StrCat(name_, ": building the trainer for model ",
+                     joined_.model().name(), ": ", trainer.status().message()));
+  }
+  if (*trainer == nullptr) {
+    return absl::InternalError(
+        absl::StrCat(name_, ": the trainer factory returned no trainer"));
+  }
+  trainer_ = *std::move(trainer);
+  return absl::OkStatus();
+}
+
+absl::Status Agent::Recover(Op op, const absl::Status& error) {
+  static constexpr const char* kOpNames[] = {"join", "poll", "push", "report"};
+  const char* what = kOpNames[static_cast<int>(op)];
+  if (stopping()) return Stopped();
+  const absl::StatusCode code = error.code();
+  if (IsRetryable(code)) {
+    const absl::Duration silent = absl::Now() - last_contact_;
+    if (silent >= options_.reconnect_timeout) {
+      return absl::UnavailableError(absl::StrCat(
+          name_, ": no answer from ", target_, " for ", Millis(silent),
+          ", giving up; last error: ", error.ToString()));
+    }
+    const absl::Duration delay = NextBackoff();
+    Logf("%s: %s failed (%s); retrying in %s", name_, what, error.ToString(),
+         Millis(delay));
+    return AwaitCoordinator(delay);
+  }
+  if (op != Op::kJoin && (code == absl::StatusCode::kNotFound ||
+                          code == absl::StatusCode::kUnauthenticated ||
+                          code == absl::StatusCode::kPermissionDenied)) {
+    // The coordinator restarted and forgot us (or never knew this identity):
+    // join again. Only the RPC identity changes; Join keeps the trainer if the
+    // model is the same.
+    Logf("%s: %s as %s failed (%s); joining again", name_, what,
+         client_.client_id(), error.ToString());
+    // It answered, so it is there; but a coordinator that forgets us again
+    // right after each join must not be hammered.
+    if (rejoined_) {
+      FEDLEARN_RETURN_IF_ERROR(Pause(NextBackoff()));
+    } else {
+      failures_ = 0;
+    }
+    rejoined_ = true;
+    return Join();
+  }
+  const int repeats = ++repeats_[op];
+  if (repeats >= options_.max_repeated_errors) {
+    return absl::Status(code,
+                        absl::StrCat(name_, ": ", what, " failed ", repeats,
+                                     " times in a row: ", error.message()));
+  }
+  const absl::Duration delay = NextBackoff();
+  Logf("%s: %s failed (%s, %d in a row); going on in %s", name_, what,
+       error.ToString(), repeats, Millis(delay));
+  return Pause(delay);
+}
+
+absl::Status Agent::Train(CoordinatorClient::ReceivedTask received) {
+  const v1::Task& task = received.task;
+  const int64_t round = task.round();
+  Update& update = update_;
+  if (update.pending && update.round == round &&
+      update.weights == received.weights) {
+    Logf(
+        "%s: round %d: pushing again the update trained before the "
+        "coordinator went away",
+        name_, round);
+    return Push();
+  }
+  update.pending = false;
+  const v1::TrainingPlan& plan = task.has_plan() ? task.plan() : joined_.plan();
+  update.delta.assign(received.weights.begin(), received.weights.end());
+
+  std::atomic<int64_t> batches_done{0};
+  std::atomic<int64_t> batches_total{0};
+  const ProgressFn progress = [&batches_done, &batches_total](int64_t done,
+                                                              int64_t total) {
+    batches_done.store(done, std::memory_order_relaxed);
+    batches_total.store(total, std::memory_order_relaxed);
+  };
+  const absl::Time started = absl::Now();
+  absl::StatusOr<TrainMetrics> metrics;
+  {
+    std::optional<HeartbeatLoop> heartbeat;
+    if (options_.heartbeat && joined_.heartbeat_interval_ms() > 0) {
+      heartbeat.emplace(channel_, client_, name_, round,
+                        absl::Milliseconds(joined_.heartbeat_interval_ms()),
+                        &batches_done, &batches_total);
+    }
+    metrics = trainer_->Train(absl::MakeSpan(update.delta), plan,
+                              task.run_validation(), progress);
+  }
+  update.train_time = absl::Now() - started;
+  if (!metrics.ok()) {
+    return absl::Status(metrics.status().code(),
+                        absl::StrCat(name_, ": round ", round, ": training: ",
+                                     metrics.status().message()));
+  }
+  if (stopping()) return Stopped();
+
+  update.weights = std::move(received.weights);
+  float* delta = update.delta.data();
+  const float* weights = update.weights.data();
+  for (size_t i = 0; i < update.delta.size(); ++i) delta[i] -= weights[i];
+  update.round = round;
+  update.metrics = *metrics;
+  update.header.Clear();
+  update.header.set_round(round);
+  update.header.set_num_examples(metrics->num_examples);
+  update.header.set_train_loss(metrics->loss);
+  update.header.set_train_accuracy(metrics->accuracy);
+  if (metrics->num_validation > 0) {
+    update.header.set_validation_loss(metrics->validation_loss);
+    update.header.set_validation_accuracy(metrics->validation_accuracy);
+    update.header.set_num_validation_examples(metrics->num_validation);
+  }
+  update.pending = true;
+  return Push();
+}
+
+absl::Status Agent::Push() {
+  Update& update = update_;
+  absl::StatusOr<v1::PushGradientResponse> pushed =
+      client_.PushUpdate(update.header, update.delta);
+  if (pushed.ok()) {
+    NoteContact(Op::kPush);
+    update.pending = false;
+    const int64_t bytes = PayloadBytes(update.delta);
+    ++summary_.rounds_trained;
+    summary_.bytes_sent += bytes;
+    summary_.last_train = update.metrics;
+    const TrainMetrics& m = update.metrics;
+    const double seconds =
+        std::max(absl::ToDoubleSeconds(update.train_time), 1e-9);
+    Logf(
+        "%s: round %d: loss %.4f accuracy %.4f%s; %d examples in %.2fs "
+        "(%.0f samples/s); sent %s (update %d of the round)",
+        name_, update.round, m.loss, m.accuracy,
+        m.num_validation > 0
+            ? absl::StrFormat(", validation loss %.4f accuracy %.4f",
+                              m.validation_loss, m.validation_accuracy)
+            : "",
+        m.num_examples, seconds, static_cast<double>(m.num_examples) / seconds,
+        MegaBytes(bytes), pushed->accepted_this_round());
+    return absl::OkStatus();
+  }
+  if (stopping()) return Stopped();
+  const absl::Status& error = pushed.status();
+  if (RoundMovedOn(error.code())) {
+    NoteContact(Op::kPush);
+    update.pending = false;
+    ++summary_.updates_rejected;
+    Logf("%s: round %d: update not counted, the round moved on (%s)", name_,
+         update.round, error.ToString());
+    return absl::OkStatus();
+  }
+  // Keep the update for a coordinator that comes back; anything else it
+  // refused would be refused again.
+  if (!IsRetryable(error.code())) {
+    update.pending = false;
+    ++summary_.updates_rejected;
+  }
+  return Recover(Op::kPush, error);
+}
+
+absl::Status Agent::Evaluate(const CoordinatorClient::ReceivedTask& received) {
+  const int64_t attempt = received.task.round();
+  absl::StatusOr<EvalMetrics> metrics = trainer_->Evaluate(received.weights);
+  if (!metrics.ok()) {
+    return absl::Status(metrics.status().code(),
+                        absl::StrCat(name_, ": evaluation ", attempt, ": ",
+                                     metrics.status().message()));
+  }
+  if (stopping()) return Stopped();
+  v1::ReportEvalRequest report;
+  report.set_round(attempt);
+  report.set_test_loss(metrics->loss);
+  report.set_test_accuracy(metrics->accuracy);
+  report.set_num_examples(metrics->num_examples);
+  const absl::Status reported = client_.ReportEval(report);
+  if (reported.ok()) {
+    NoteContact(Op::kReport);
+    summary_.evaluated = true;
+    summary_.last_eval = *metrics;
+    Logf("%s: evaluation %d: test loss %.4f accuracy %.4f on %d examples",
+         name_, attempt, metrics->loss, metrics->accuracy,
+         metrics->num_examples);
+    return absl::OkStatus();
+  }
+  if (stopping()) return Stopped();
+  if (RoundMovedOn(reported.code())) {
+    NoteContact(Op::kReport);
+    Logf("%s: evaluation %d: report not counted (%s)", name_, attempt,
+         reported.ToString());
+    return absl::OkStatus();
+  }
+  return Recover(Op::kReport, reported);
+}
+
+}  // namespace fedlearn

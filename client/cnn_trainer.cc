@@ -1,0 +1,205 @@
+#include "client/cnn_trainer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/nn/network.h"
+#include "common/nn/optimizer.h"
+#include "common/nn/threads.h"
+#include "common/status_macros.h"
+
+namespace fedlearn {
+namespace {
+
+// Evaluation batch: large enough for efficient GEMMs, small enough that the
+// conv workspaces (which grow with the batch) stay in the tens of megabytes.
+constexpr int kEvalBatch = 50;
+
+// Trains one registry network on one client's data. Keeps the optimizer's state
+// across rounds (as a Keras client that compiles once and calls fit every
+// round), and its workspaces, so steady-state rounds allocate nothing.
+class CnnTrainer final : public Trainer {
+ public:
+  CnnTrainer(std::unique_ptr<nn::Network> net, CnnTrainerOptions options)
+      : net_(std::move(net)),
+        train_(std::move(options.train)),
+        test_(std::move(options.test)),
+        rng_(options.seed),
+        threads_(std::max(1, options.threads)) {}
+
+  absl::StatusOr<TrainMetrics> Train(absl::Span<float> weights,
+                                     const v1::TrainingPlan& plan,
+                                     bool run_validation,
+                                     const ProgressFn& progress) override {
+    if (weights.size() != net_->parameters().size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("weights have ", weights.size(), " values, model ",
+                       net_->spec().name, " has ", net_->parameters().size()));
+    }
+    if (plan.batch_size() < 1 || plan.epochs() < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("plan: batch size ", plan.batch_size(), " and epochs ",
+                       plan.epochs(), " must be at least 1"));
+    }
+    FEDLEARN_RETURN_IF_ERROR(PrepareOptimizer(plan));
+    SplitValidation(plan.validation_fraction());
+    nn::SetComputeThreads(threads_);
+    std::copy(weights.begin(), weights.end(), net_->parameters().begin());
+
+    const int batch = plan.batch_size();
+    const int64_t n = static_cast<int64_t>(train_index_.size());
+    const int64_t batches_per_epoch = (n + batch - 1) / batch;
+    const int64_t total = batches_per_epoch * plan.epochs();
+    double loss_sum = 0;
+    int64_t correct = 0, seen = 0, done = 0;
+    for (int epoch = 0; epoch < plan.epochs(); ++epoch) {
+      Shuffle(&train_index_);
+      for (int64_t start = 0; start < n; start += batch) {
+        const int size = static_cast<int>(std::min<int64_t>(batch, n - start));
+        LoadBatch(train_, train_index_.data() + start, size);
+        const nn::LossResult r = net_->TrainStep(images_.data(), labels_.data(),
+                                                 size, optimizer_.get());
+        loss_sum += r.loss_sum;
+        correct += r.correct;
+        seen += size;
+        if (progress) progress(++done, total);
+      }
+    }
+    std::copy(net_->parameters().begin(), net_->parameters().end(),
+              weights.begin());
+
+    TrainMetrics metrics;
+    metrics.num_examples = n;
+    metrics.loss = seen > 0 ? loss_sum / seen : 0;
+    metrics.accuracy = seen > 0 ? static_cast<double>(correct) / seen : 0;
+    if (run_validation && !validation_index_.empty()) {
+      const EvalMetrics v = EvaluateOn(train_, validation_index_);
+      metrics.num_validation = v.num_examples;
+      metrics.validation_loss = v.loss;
+      metrics.validation_accuracy = v.accuracy;
+    }
+    return metrics;
+  }
+
+  absl::StatusOr<EvalMetrics> Evaluate(
+      absl::Span<const float> weights) override {
+    if (weights.size() != net_->parameters().size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("weights have ", weights.size(), " values, model has ",
+                       net_->parameters().size()));
+    }
+    nn::SetComputeThreads(threads_);
+    std::copy(weights.begin(), weights.end(), net_->parameters().begin());
+    std::vector<int64_t> all(static_cast<size_t>(test_.size()));
+    for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
+    return EvaluateOn(test_, all);
+  }
+
+ private:
+  absl::Status PrepareOptimizer(const v1::TrainingPlan& plan) {
+    const std::string key =
+        absl::StrCat(plan.optimizer(), "/", plan.learning_rate());
+    if (optimizer_ != nullptr && key == optimizer_key_) return absl::OkStatus();
+    FEDLEARN_ASSIGN_OR_RETURN(
+        optimizer_, nn::MakeOptimizer(plan.optimizer(), plan.learning_rate(),
+                                      net_->parameters().size()));
+    optimizer_key_ = key;
+    return absl::OkStatus();
+  }
+
+  // Holds out the same validation examples every round (drawn once per
+  // fraction).
+  void SplitValidation(float fraction) {
+    if (fraction == split_fraction_) return;
+    split_fraction_ = fraction;
+    std::vector<int64_t> all(static_cast<size_t>(train_.size()));
+    for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(i);
+    Shuffle(&all);
+    const size_t held =
+        std::min(all.size() - std::min<size_t>(all.size(), 1),
+                 static_cast<size_t>(std::floor(fraction * all.size())));
+    validation_index_.assign(all.begin(), all.begin() + held);
+    train_index_.assign(all.begin() + held, all.end());
+    std::sort(validation_index_.begin(), validation_index_.end());
+  }
+
+  // Fisher-Yates with our own bounded draw: the same order on every standard
+  // library.
+  void Shuffle(std::vector<int64_t>* v) {
+    for (size_t i = v->size(); i > 1; --i) {
+      const size_t j = static_cast<size_t>(rng_() % i);
+      std::swap((*v)[i - 1], (*v)[j]);
+    }
+  }
+
+  void LoadBatch(const Dataset& data, const int64_t* index, int size) {
+    const int64_t pixels = data.pixels_per_image();
+    images_.resize(static_cast<size_t>(size) * pixels);
+    labels_.resize(size);
+    constexpr float kScale = 1.0f / 255.0f;
+    for (int b = 0; b < size; ++b) {
+      const uint8_t* src = data.image(index[b]);
+      float* dst = images_.data() + b * pixels;
+      for (int64_t p = 0; p < pixels; ++p) dst[p] = src[p] * kScale;
+      labels_[b] = data.labels[index[b]];
+    }
+  }
+
+  EvalMetrics EvaluateOn(const Dataset& data,
+                         const std::vector<int64_t>& index) {
+    double loss_sum = 0;
+    int64_t correct = 0;
+    const int64_t n = static_cast<int64_t>(index.size());
+    for (int64_t start = 0; start < n; start += kEvalBatch) {
+      const int size =
+          static_cast<int>(std::min<int64_t>(kEvalBatch, n - start));
+      LoadBatch(data, index.data() + start, size);
+      const nn::LossResult r =
+          net_->Evaluate(images_.data(), labels_.data(), size);
+      loss_sum += r.loss_sum;
+      correct += r.correct;
+    }
+    EvalMetrics metrics;
+    metrics.num_examples = n;
+    metrics.loss = n > 0 ? loss_sum / n : 0;
+    metrics.accuracy = n > 0 ? static_cast<double>(correct) / n : 0;
+    return metrics;
+  }
+
+  std::unique_ptr<nn::Network> net_;
+  Dataset train_;
+  Dataset test_;
+  std::mt19937_64 rng_;
+  const int threads_;
+  std::unique_ptr<nn::Optimizer> optimizer_;
+  std::string optimizer_key_;
+  float split_fraction_ = -1;
+  std::vector<int64_t> train_index_;
+  std::vector<int64_t> validation_index_;
+  std::vector<float> images_;
+  std::vector<uint8_t> labels_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Trainer>> MakeCnnTrainer(
+    CnnTrainerOptions options) {
+  for (const Dataset* d : {&options.train, &options.test}) {
+    if (d->size() > 0 && (d->rows != 28 || d->cols != 28)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "images are ", d->rows, "x", d->cols, "; the models take 28x28"));
+    }
+  }
+  if (options.train.size() == 0)
+    return absl::InvalidArgumentError("no training data");
+  FEDLEARN_ASSIGN_OR_RETURN(std::unique_ptr<nn::Network> net,
+                            nn::Network::Create(options.model, options.seed));
+  return std::make_unique<CnnTrainer>(std::move(net), std::move(options));
+}
+
+}  // namespace fedlearn

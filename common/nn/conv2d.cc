@@ -1,0 +1,130 @@
+#include "common/nn/conv2d.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/nn/eigen_types.h"
+
+namespace fedlearn::nn {
+
+Shape Conv2D::Init(const Shape& input) {
+  in_ = input;
+  pad_ = padding_ == Padding::kSame ? (kernel_ - 1) / 2 : 0;
+  out_ = Shape{out_channels_, input.h + 2 * pad_ - kernel_ + 1,
+               input.w + 2 * pad_ - kernel_ + 1, /*spatial=*/true};
+  return out_;
+}
+
+void Conv2D::Reserve(int max_batch) {
+  const size_t size = static_cast<size_t>(max_batch) * out_.h * out_.w * in_.c *
+                      kernel_ * kernel_;
+  if (patches_.size() < size) {
+    patches_.resize(size);
+    dpatches_.resize(size);
+  }
+}
+
+void Conv2D::Bind(int i, float* values, float* grads) {
+  if (i == 0) {
+    weight_ = values;
+    weight_grad_ = grads;
+  } else {
+    bias_ = values;
+    bias_grad_ = grads;
+  }
+}
+
+void Conv2D::Im2Col(const float* in, int batch) {
+  const int64_t hw_out = out_.h * out_.w;
+  const int64_t m = batch * hw_out;
+  // Column (ci, ky, kx) holds in[ci][b][y + ky - pad][x + kx - pad] for every
+  // output position (b, y, x): for each output row, one contiguous run of the
+  // input row.
+  for (int64_t ci = 0; ci < in_.c; ++ci) {
+    for (int ky = 0; ky < kernel_; ++ky) {
+      for (int kx = 0; kx < kernel_; ++kx) {
+        float* col = patches_.data() + ((ci * kernel_ + ky) * kernel_ + kx) * m;
+        const int x0 =
+            std::max(0, pad_ - kx);  // first output x with its input in range
+        const int x1 =
+            std::min<int>(out_.w, in_.w + pad_ - kx);  // one past the last
+        for (int b = 0; b < batch; ++b) {
+          const float* plane = in + (ci * batch + b) * in_.h * in_.w;
+          for (int y = 0; y < out_.h; ++y) {
+            float* dst = col + (b * out_.h + y) * out_.w;
+            const int iy = y + ky - pad_;
+            if (iy < 0 || iy >= in_.h) {
+              std::fill(dst, dst + out_.w, 0.0f);
+              continue;
+            }
+            const float* row = plane + iy * in_.w;
+            std::fill(dst, dst + x0, 0.0f);
+            if (x1 > x0) {
+              std::memcpy(dst + x0, row + x0 + kx - pad_,
+                          sizeof(float) * (x1 - x0));
+            }
+            std::fill(dst + std::max(x0, x1), dst + out_.w, 0.0f);
+          }
+        }
+      }
+    }
+  }
+}
+
+void Conv2D::Col2Im(float* din, int batch) const {
+  const int64_t hw_out = out_.h * out_.w;
+  const int64_t m = batch * hw_out;
+  std::fill(din, din + batch * in_.size(), 0.0f);
+  for (int64_t ci = 0; ci < in_.c; ++ci) {
+    for (int ky = 0; ky < kernel_; ++ky) {
+      for (int kx = 0; kx < kernel_; ++kx) {
+        const float* col =
+            dpatches_.data() + ((ci * kernel_ + ky) * kernel_ + kx) * m;
+        const int x0 = std::max(0, pad_ - kx);
+        const int x1 = std::min<int>(out_.w, in_.w + pad_ - kx);
+        for (int b = 0; b < batch; ++b) {
+          float* plane = din + (ci * batch + b) * in_.h * in_.w;
+          for (int y = 0; y < out_.h; ++y) {
+            const int iy = y + ky - pad_;
+            if (iy < 0 || iy >= in_.h) continue;
+            const float* src = col + (b * out_.h + y) * out_.w;
+            float* row = plane + iy * in_.w;
+            const int shift = kx - pad_;
+            for (int x = x0; x < x1; ++x) row[x + shift] += src[x];
+          }
+        }
+      }
+    }
+  }
+}
+
+void Conv2D::Forward(const float* in, float* out, int batch,
+                     bool /*training*/) {
+  const int64_t m = batch * out_.h * out_.w;
+  const int64_t k = in_.c * kernel_ * kernel_;
+  Im2Col(in, batch);
+  ConstMatrixMap patches(patches_.data(), m, k);
+  ConstMatrixMap weight(weight_, k,
+                        out_channels_);  // [out][in*k*k] row-major = K x out
+  MatrixMap y(out, m, out_channels_);
+  y.noalias() = patches * weight;
+  y.rowwise() += ConstVectorMap(bias_, out_channels_).transpose();
+}
+
+void Conv2D::Backward(const float* /*in*/, const float* /*out*/,
+                      const float* dout, float* din, int batch) {
+  const int64_t m = batch * out_.h * out_.w;
+  const int64_t k = in_.c * kernel_ * kernel_;
+  ConstMatrixMap patches(patches_.data(), m, k);
+  ConstMatrixMap dy(dout, m, out_channels_);
+  MatrixMap weight_grad(weight_grad_, k, out_channels_);
+  weight_grad.noalias() = patches.transpose() * dy;
+  VectorMap(bias_grad_, out_channels_) = dy.colwise().sum().transpose();
+  if (din == nullptr) return;
+  ConstMatrixMap weight(weight_, k, out_channels_);
+  MatrixMap dpatches(dpatches_.data(), m, k);
+  dpatches.noalias() = dy * weight.transpose();
+  Col2Im(din, batch);
+}
+
+}  // namespace fedlearn::nn

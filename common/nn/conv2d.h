@@ -1,0 +1,55 @@
+#ifndef FEDLEARN_COMMON_NN_CONV2D_H_
+#define FEDLEARN_COMMON_NN_CONV2D_H_
+
+#include <vector>
+
+#include "common/nn/layer.h"
+
+namespace fedlearn::nn {
+
+// 2-D convolution, stride 1, square kernel, 'valid' or 'same' zero padding.
+// Spatial in, spatial out. Weights [out, in, k, k] (PyTorch's layout), bias
+// [out]. Forward lowers the input to a patch matrix (im2col), M x K
+// column-major with M = batch*h_out*w_out positions and K = in*k*k, so the
+// convolution is one GEMM Y(M x out) = patches * W^T whose result is already in
+// the CNHW layout; backward reuses the patches for dW and scatters dPatches
+// back (col2im) for dX.
+class Conv2D final : public Layer {
+ public:
+  enum class Padding { kValid, kSame };
+  Conv2D(int out_channels, int kernel, Padding padding)
+      : out_channels_(out_channels), kernel_(kernel), padding_(padding) {}
+
+  Shape Init(const Shape& input) override;
+  void Reserve(int max_batch) override;
+  void Forward(const float* in, float* out, int batch, bool training) override;
+  void Backward(const float* in, const float* out, const float* dout,
+                float* din, int batch) override;
+  int num_parameter_tensors() const override { return 2; }
+  int64_t parameter_size(int i) const override {
+    return i == 0 ? out_channels_ * in_.c * kernel_ * kernel_ : out_channels_;
+  }
+  void Bind(int i, float* values, float* grads) override;
+  std::string name() const override { return "conv2d"; }
+
+ private:
+  void Im2Col(const float* in, int batch);
+  void Col2Im(float* din, int batch) const;
+
+  const int out_channels_;
+  const int kernel_;
+  const Padding padding_;
+  Shape in_, out_;
+  int pad_ = 0;
+  float* weight_ = nullptr;
+  float* weight_grad_ = nullptr;
+  float* bias_ = nullptr;
+  float* bias_grad_ = nullptr;
+  std::vector<float>
+      patches_;  // M x K, column-major (each column one (ci, ky, kx))
+  std::vector<float> dpatches_;  // same shape, for backward
+};
+
+}  // namespace fedlearn::nn
+
+#endif  // FEDLEARN_COMMON_NN_CONV2D_H_

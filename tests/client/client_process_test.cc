@@ -1,0 +1,213 @@
+// The fedlearn-client binary as users run it: a real process against a real
+// fedlearn-coordinator process, on a small synthetic data set written in
+// MNIST's IDX format.
+
+#include <signal.h>
+#include <stdlib.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/idx.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/integration/child_process.h"
+
+namespace fedlearn {
+namespace {
+
+using ::fedlearn::testing::ChildProcess;
+using ::testing::HasSubstr;
+
+constexpr absl::Duration kTimeout = absl::Seconds(30);
+
+// Random 28x28 digits with labels 0..9 in turn: enough for the trainer to run.
+Dataset Synthetic(int64_t n, uint32_t seed) {
+  Dataset data;
+  data.rows = 28;
+  data.cols = 28;
+  std::mt19937 rng(seed);
+  data.pixels.resize(static_cast<size_t>(n * 28 * 28));
+  for (uint8_t& p : data.pixels) p = static_cast<uint8_t>(rng() & 0xff);
+  for (int64_t i = 0; i < n; ++i)
+    data.labels.push_back(static_cast<uint8_t>(i % 10));
+  return data;
+}
+
+// The coordinator's port from its "listening on ... (port N)" line; 0 if it
+// never says.
+int ListeningPort(ChildProcess& coordinator) {
+  std::optional<std::string> line =
+      coordinator.WaitForLine("listening on", kTimeout);
+  if (!line.has_value()) return 0;
+  const size_t at = line->rfind("(port ");
+  int port = 0;
+  if (at == std::string::npos ||
+      !absl::SimpleAtoi(line->substr(at + 6, line->size() - at - 7), &port)) {
+    return 0;
+  }
+  return port;
+}
+
+class ClientProcessTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    std::string dir = ::testing::TempDir() + "fedlearn-client-test-XXXXXX";
+    ASSERT_NE(mkdtemp(dir.data()), nullptr);
+    data_dir_ = new std::string(dir);
+    ASSERT_TRUE(WriteIdx(dir + "/train-images-idx3-ubyte",
+                         dir + "/train-labels-idx1-ubyte", Synthetic(200, 1))
+                    .ok());
+    ASSERT_TRUE(WriteIdx(dir + "/t10k-images-idx3-ubyte",
+                         dir + "/t10k-labels-idx1-ubyte", Synthetic(60, 2))
+                    .ok());
+  }
+
+  static void TearDownTestSuite() {
+    std::error_code ignored;
+    std::filesystem::remove_all(*data_dir_, ignored);
+    delete data_dir_;
+    data_dir_ = nullptr;
+  }
+
+  static std::vector<std::string> Coordinator(std::vector<std::string> flags,
+                                              int port = 0) {
+    flags.insert(flags.begin(),
+                 {FEDLEARN_COORDINATOR_BINARY, "--bind=127.0.0.1",
+                  absl::StrCat("--port=", port), "--model=mlp_2nn"});
+    return flags;
+  }
+
+  static std::vector<std::string> Client(std::vector<std::string> flags,
+                                         int port) {
+    flags.insert(
+        flags.begin(),
+        {FEDLEARN_CLIENT_BINARY, absl::StrCat("--coordinator=127.0.0.1:", port),
+         absl::StrCat("--data_dir=", *data_dir_), "--threads=1"});
+    return flags;
+  }
+
+  static std::string* data_dir_;
+};
+
+std::string* ClientProcessTest::data_dir_ = nullptr;
+
+TEST_F(ClientProcessTest, HelpListsEveryFlag) {
+  ChildProcess help({FEDLEARN_CLIENT_BINARY, "--help"});
+  ASSERT_TRUE(help.Wait(kTimeout).has_value());
+  for (const char* flag :
+       {"--coordinator", "--data_dir", "--partition", "--num_partitions",
+        "--partition_index", "--agents", "--seed", "--join_token",
+        "--max_backoff", "--name"}) {
+    EXPECT_THAT(help.output(), HasSubstr(absl::StrCat(flag, " ("))) << flag;
+  }
+  EXPECT_THAT(help.output(), HasSubstr("default: \"localhost:50051\""));
+}
+
+TEST_F(ClientProcessTest, MissingDataDirIsAClearError) {
+  ChildProcess client(
+      {FEDLEARN_CLIENT_BINARY, "--data_dir=/nonexistent/fedlearn-digits"});
+  EXPECT_EQ(client.Wait(kTimeout), 2);
+  EXPECT_THAT(client.output(), HasSubstr("\"/nonexistent/fedlearn-digits\""));
+}
+
+TEST_F(ClientProcessTest, PartitionsBeyondNumPartitionsAreAClearError) {
+  ChildProcess client(Client(
+      {"--agents=2", "--num_partitions=2", "--partition_index=1"}, 50051));
+  EXPECT_EQ(client.Wait(kTimeout), 2);
+  EXPECT_THAT(client.output(), HasSubstr("--num_partitions is 2"));
+}
+
+TEST_F(ClientProcessTest, AgentsRunToDoneAndExitZero) {
+  ChildProcess coordinator(
+      Coordinator({"--min_clients=2", "--max_rounds=2", "--done_grace=20s"}));
+  const int port = ListeningPort(coordinator);
+  ASSERT_GT(port, 0) << coordinator.output();
+  ChildProcess client(Client({"--agents=2", "--partition=shards"}, port));
+  EXPECT_EQ(client.Wait(kTimeout), 0) << client.output();
+  EXPECT_THAT(client.output(),
+              HasSubstr("-p0 (client-"));  // the summary lines
+  EXPECT_THAT(client.output(), HasSubstr("partition 0): done: 2 rounds"));
+  EXPECT_THAT(client.output(), HasSubstr("partition 1): done: 2 rounds"));
+  EXPECT_EQ(coordinator.Wait(kTimeout), 0) << coordinator.output();
+}
+
+TEST_F(ClientProcessTest, ReconnectsToARestartedCoordinator) {
+  std::optional<ChildProcess> coordinator;
+  coordinator.emplace(Coordinator({"--min_clients=3"}));  // never starts
+  const int port = ListeningPort(*coordinator);
+  ASSERT_GT(port, 0) << coordinator->output();
+  ChildProcess client(Client({"--agents=2", "--max_backoff=200ms"}, port));
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(client.WaitForLine("joined", kTimeout).has_value())
+        << client.output();
+  }
+  coordinator->Signal(SIGTERM);
+  ASSERT_EQ(coordinator->Wait(kTimeout), 0) << coordinator->output();
+  // Nothing listens now; the agents keep trying.
+  ASSERT_TRUE(client.WaitForLine("Connection refused", kTimeout).has_value())
+      << client.output();
+
+  // A new coordinator on the same port knows nothing of the agents: they join
+  // again and finish its run.
+  coordinator.reset();
+  coordinator.emplace(Coordinator(
+      {"--min_clients=2", "--max_rounds=1", "--done_grace=20s"}, port));
+  ASSERT_EQ(ListeningPort(*coordinator), port) << coordinator->output();
+  const absl::Time restarted = absl::Now();
+  ASSERT_TRUE(client.WaitForLine("joining again", kTimeout).has_value())
+      << client.output();
+  // The agents drive their channel's reconnection while they back off; left to
+  // itself, gRPC's synchronous client would notice the coordinator only at its
+  // 5s backup poll.
+  EXPECT_LT(absl::Now() - restarted, absl::Seconds(3));
+  EXPECT_EQ(client.Wait(kTimeout), 0) << client.output();
+  EXPECT_THAT(client.output(), HasSubstr("done: 1 rounds trained"));
+  EXPECT_THAT(client.output(), HasSubstr("2 join(s)"));
+  EXPECT_EQ(coordinator->Wait(kTimeout), 0) << coordinator->output();
+}
+
+TEST_F(ClientProcessTest, SignalsStopTheAgents) {
+  ChildProcess coordinator(Coordinator({"--min_clients=10"}));  // never starts
+  const int port = ListeningPort(coordinator);
+  ASSERT_GT(port, 0) << coordinator.output();
+  for (const int signal : {SIGINT, SIGTERM}) {
+    ChildProcess client(Client({"--agents=2"}, port));
+    for (int i = 0; i < 2; ++i) {
+      ASSERT_TRUE(client.WaitForLine("joined", kTimeout).has_value())
+          << client.output();
+    }
+    // Both agents are in a long poll now, or about to be.
+    client.Signal(signal);
+    EXPECT_EQ(client.Wait(absl::Seconds(5)), signal == SIGINT ? 130 : 0)
+        << client.output();
+    EXPECT_THAT(client.output(), HasSubstr("(partition 0): stopped"));
+    EXPECT_THAT(client.output(), HasSubstr("(partition 1): stopped"));
+  }
+}
+
+TEST_F(ClientProcessTest, ReadmeDocumentsEveryFlag) {
+  ChildProcess help({FEDLEARN_CLIENT_BINARY, "--help"});
+  ASSERT_TRUE(help.Wait(absl::Seconds(20)).has_value());
+  const std::string readme = fedlearn::testing::ReadFile(
+      absl::StrCat(FEDLEARN_SOURCE_DIR, "/README.md"));
+  ASSERT_FALSE(readme.empty());
+  const std::vector<std::string> flags =
+      fedlearn::testing::FlagsInHelp(help.output());
+  EXPECT_GE(flags.size(), 10u);
+  for (const std::string& flag : flags) {
+    EXPECT_THAT(readme, ::testing::HasSubstr(absl::StrCat("| `", flag, "` |")))
+        << flag << " is missing from the README's client flag table";
+  }
+}
+
+}  // namespace
+}  // namespace fedlearn

@@ -1,0 +1,123 @@
+// A real federated run in one process: the coordinator on a loopback port and
+// three agents training the seed's CNN with the C++ trainer on disjoint slices
+// of the real MNIST digits of data/mnist (scripts/fetch-data.sh), for two
+// rounds and an evaluation.
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/agent.h"
+#include "client/cnn_trainer.h"
+#include "common/idx.h"
+#include "common/partition.h"
+#include "gtest/gtest.h"
+#include "server/coordinator_server.h"
+#include "server/round_manager.h"
+
+namespace fedlearn {
+namespace {
+
+constexpr int kAgents = 3;
+constexpr int64_t kTrainPerAgent = 400;
+constexpr int64_t kTestPerAgent = 100;
+
+TEST(FederatedMnistTest, ThreeAgentsTrainTwoRoundsAndAccuracyRises) {
+  const std::string dir = absl::StrCat(FEDLEARN_SOURCE_DIR, "/data/mnist");
+  absl::StatusOr<Dataset> train = LoadMnistDir(dir, /*train=*/true);
+  absl::StatusOr<Dataset> test = LoadMnistDir(dir, /*train=*/false);
+  if (!train.ok() || !test.ok()) {
+    GTEST_SKIP() << "no data/mnist (run scripts/fetch-data.sh): "
+                 << train.status();
+  }
+  auto scheme = ParsePartitionScheme("iid");
+  ASSERT_TRUE(scheme.ok());
+  auto train_parts = Partition(train->labels, *scheme, kAgents, /*seed=*/1);
+  auto test_parts = Partition(test->labels, *scheme, kAgents, /*seed=*/1);
+  ASSERT_TRUE(train_parts.ok() && test_parts.ok());
+
+  CoordinatorOptions options;
+  options.model = "mnist_cnn";
+  options.min_clients = kAgents;
+  options.clients_per_round = kAgents;
+  options.max_rounds = 2;
+  options.convergence_threshold = 0;  // only a rising loss would stop it early
+  options.rounds_between_validations = 1;
+  options.round_timeout = absl::Minutes(5);
+  auto server = CoordinatorServer::Start(options, "127.0.0.1:0");
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::string address = absl::StrCat("127.0.0.1:", (*server)->port());
+  const std::vector<float> initial = *(*server)->rounds().global_weights();
+
+  // The agents' test slices, pooled, to compare the initial and final global
+  // models.
+  Dataset pooled_test;
+  std::vector<int64_t> pooled_index;
+  std::vector<std::unique_ptr<Agent>> agents;
+  for (int i = 0; i < kAgents; ++i) {
+    std::vector<int64_t> train_index = (*train_parts)[i];
+    std::vector<int64_t> test_index = (*test_parts)[i];
+    train_index.resize(std::min<size_t>(train_index.size(), kTrainPerAgent));
+    test_index.resize(std::min<size_t>(test_index.size(), kTestPerAgent));
+    pooled_index.insert(pooled_index.end(), test_index.begin(),
+                        test_index.end());
+    CnnTrainerOptions trainer;
+    trainer.train = Subset(*train, train_index);
+    trainer.test = Subset(*test, test_index);
+    trainer.seed = 100 + i;
+    AgentOptions agent_options;
+    agent_options.coordinator = address;
+    agent_options.display_name = absl::StrCat("agent-", i);
+    agents.push_back(std::make_unique<Agent>(
+        agent_options, [trainer](const v1::JoinResponse& joined) mutable {
+          trainer.model = joined.model().name();
+          return MakeCnnTrainer(std::move(trainer));
+        }));
+  }
+  pooled_test = Subset(*test, pooled_index);
+
+  std::vector<absl::StatusOr<AgentSummary>> results(kAgents);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kAgents; ++i) {
+    threads.emplace_back([&, i] { results[i] = agents[i]->Run(); });
+  }
+  for (auto& t : threads) t.join();
+
+  for (int i = 0; i < kAgents; ++i) {
+    ASSERT_TRUE(results[i].ok()) << results[i].status();
+    EXPECT_EQ(results[i]->rounds_trained, 2);
+    EXPECT_TRUE(results[i]->evaluated);
+  }
+  const v1::GetStatusResponse status = (*server)->rounds().GetStatus();
+  ASSERT_EQ(status.phase(), v1::PHASE_DONE);
+  EXPECT_EQ(status.stop_reason(), "max_rounds");
+  ASSERT_EQ(status.history_size(), 3);
+  EXPECT_EQ(status.history(0).responded(), kAgents);
+  EXPECT_EQ(status.history(1).responded(), kAgents);
+  EXPECT_TRUE(status.history(2).evaluation());
+  // Learning shows in the federated metrics...
+  EXPECT_LT(status.history(1).metrics().train_loss(),
+            status.history(0).metrics().train_loss());
+  EXPECT_GT(status.history(1).metrics().validation_accuracy(), 0.5);
+  EXPECT_GT(status.final_evaluation().test_accuracy(), 0.75);
+  EXPECT_EQ(status.final_evaluation().num_examples(), kAgents * kTestPerAgent);
+
+  // ...and in the global model itself, judged on the same test digits.
+  CnnTrainerOptions judge;
+  judge.train = Subset(*train, std::vector<int64_t>{0});
+  judge.test = pooled_test;
+  auto evaluator = MakeCnnTrainer(std::move(judge));
+  ASSERT_TRUE(evaluator.ok());
+  const auto before = (*evaluator)->Evaluate(initial);
+  const auto after =
+      (*evaluator)->Evaluate(*(*server)->rounds().global_weights());
+  ASSERT_TRUE(before.ok() && after.ok());
+  EXPECT_LT(before->accuracy, 0.3);  // an untrained model is near chance
+  EXPECT_GT(after->accuracy, before->accuracy + 0.4);
+  EXPECT_NEAR(after->accuracy, status.final_evaluation().test_accuracy(), 1e-9);
+}
+
+}  // namespace
+}  // namespace fedlearn
