@@ -15,7 +15,7 @@ packages=(
   # tools the scripts and tests call (npm for scripts/fetch-data.sh comes with
   # NodeSource's nodejs, which conflicts with Debian's npm package: fetch-data.sh
   # installs Debian's npm itself when there is no npm command)
-  python3 ca-certificates curl procps nodejs
+  python3 python3-numpy ca-certificates curl procps nodejs
 )
 
 missing=()

@@ -119,7 +119,16 @@ void Conv2D::Backward(const float* /*in*/, const float* /*out*/,
   ConstMatrixMap dy(dout, m, out_channels_);
   MatrixMap weight_grad(weight_grad_, k, out_channels_);
   weight_grad.noalias() = patches.transpose() * dy;
-  VectorMap(bias_grad_, out_channels_) = dy.colwise().sum().transpose();
+  // A plain loop, not Eigen's colwise().sum(): Eigen's vectorised reduction
+  // starts at the first aligned address, so its rounding would depend on where
+  // `dout` happens to sit and training would not be bit-reproducible from a
+  // seed.
+  for (int o = 0; o < out_channels_; ++o) {
+    const float* column = dout + o * m;
+    float sum = 0;
+    for (int64_t i = 0; i < m; ++i) sum += column[i];
+    bias_grad_[o] = sum;
+  }
   if (din == nullptr) return;
   ConstMatrixMap weight(weight_, k, out_channels_);
   MatrixMap dpatches(dpatches_.data(), m, k);
