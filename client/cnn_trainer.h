@@ -13,16 +13,17 @@ namespace fedlearn {
 
 struct CnnTrainerOptions {
   std::string model = "mnist_cnn";  // registry name (common/model_spec.h)
-  Dataset train;                    // local training data; validation is held out of it
-  Dataset test;                     // local test split, for EVALUATE
-  uint64_t seed = 1;                // shuffling, dropout and the validation split
-  int threads = 1;                  // compute threads this trainer may use
+  Dataset train;      // local training data; validation is held out of it
+  Dataset test;       // local test split, for EVALUATE
+  uint64_t seed = 1;  // shuffling, dropout and the validation split
+  int threads = 1;    // compute threads this trainer may use
 };
 
-// The Trainer of the registry's models (mnist_cnn, fedavg_cnn, mlp_2nn), in C++ with Eigen.
-// NOT_FOUND for an unknown model; INVALID_ARGUMENT for images that are not 28x28 or
-// empty data.
-absl::StatusOr<std::unique_ptr<Trainer>> MakeCnnTrainer(CnnTrainerOptions options);
+// The Trainer of the registry's models (mnist_cnn, fedavg_cnn, mlp_2nn), in C++
+// with Eigen. NOT_FOUND for an unknown model; INVALID_ARGUMENT for images that
+// are not 28x28 or empty data.
+absl::StatusOr<std::unique_ptr<Trainer>> MakeCnnTrainer(
+    CnnTrainerOptions options);
 
 }  // namespace fedlearn
 

@@ -31,6 +31,7 @@
 #include "common/idx.h"
 #include "common/log.h"
 #include "common/partition.h"
+#include "common/signals.h"
 
 ABSL_FLAG(std::string, coordinator, "localhost:50051",
           "address of the coordinator, HOST:PORT");
@@ -152,14 +153,8 @@ std::string SummaryLine(const Slot& slot) {
 }
 
 int Run() {
-  // Signals are taken synchronously by this thread (sigtimedwait below); block
-  // them before any other thread exists so that every thread inherits the
-  // mask.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // Signals are taken synchronously by this thread (sigtimedwait below).
+  const sigset_t signals = BlockTerminationSignals();
 
   const int agents = absl::GetFlag(FLAGS_agents);
   const int num_partitions = absl::GetFlag(FLAGS_num_partitions) > 0

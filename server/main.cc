@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/flags.h"
 #include "common/log.h"
+#include "common/signals.h"
 #include "server/coordinator_server.h"
 #include "server/round_manager.h"
 
@@ -100,13 +101,8 @@ CoordinatorOptions OptionsFromFlags() {
 }
 
 int Run() {
-  // Signals are taken synchronously by this thread (sigtimedwait below); block
-  // them before any other thread exists so that every thread inherits the mask.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // Signals are taken synchronously by this thread (sigtimedwait below).
+  const sigset_t signals = BlockTerminationSignals();
 
   const std::string address =
       absl::StrCat(absl::GetFlag(FLAGS_bind), ":", absl::GetFlag(FLAGS_port));

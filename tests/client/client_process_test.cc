@@ -42,19 +42,8 @@ Dataset Synthetic(int64_t n, uint32_t seed) {
   return data;
 }
 
-// The coordinator's port from its "listening on ... (port N)" line; 0 if it
-// never says.
 int ListeningPort(ChildProcess& coordinator) {
-  std::optional<std::string> line =
-      coordinator.WaitForLine("listening on", kTimeout);
-  if (!line.has_value()) return 0;
-  const size_t at = line->rfind("(port ");
-  int port = 0;
-  if (at == std::string::npos ||
-      !absl::SimpleAtoi(line->substr(at + 6, line->size() - at - 7), &port)) {
-    return 0;
-  }
-  return port;
+  return fedlearn::testing::CoordinatorPort(coordinator, kTimeout);
 }
 
 class ClientProcessTest : public ::testing::Test {

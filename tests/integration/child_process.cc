@@ -12,6 +12,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 
@@ -109,6 +110,19 @@ std::optional<int> ChildProcess::Wait(absl::Duration timeout) {
   }
   if (pidfd >= 0) close(pidfd);
   return result;
+}
+
+int CoordinatorPort(ChildProcess& coordinator, absl::Duration timeout) {
+  std::optional<std::string> line =
+      coordinator.WaitForLine("listening on", timeout);
+  if (!line.has_value()) return 0;
+  const size_t at = line->rfind("(port ");
+  int port = 0;
+  if (at == std::string::npos ||
+      !absl::SimpleAtoi(line->substr(at + 6, line->size() - at - 7), &port)) {
+    return 0;
+  }
+  return port;
 }
 
 std::vector<std::string> FlagsInHelp(const std::string& help) {

@@ -48,6 +48,10 @@ class ChildProcess {
   std::optional<int> exit_code_;
 };
 
+// The port of a fedlearn-coordinator started with --port=0, read from its
+// "listening on ... (port N)" line; 0 if it does not say so within `timeout`.
+int CoordinatorPort(ChildProcess& coordinator, absl::Duration timeout);
+
 // The flag names ("--port") a fedlearn binary's --help output lists, in order.
 std::vector<std::string> FlagsInHelp(const std::string& help);
 

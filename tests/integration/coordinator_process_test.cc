@@ -23,17 +23,8 @@ using ::testing::HasSubstr;
 
 constexpr absl::Duration kTimeout = absl::Seconds(20);
 
-// Starts the coordinator on a free port; returns the port (0 on failure).
 int StartCoordinator(ChildProcess& process) {
-  auto line = process.WaitForLine("listening on", kTimeout);
-  if (!line.has_value()) return 0;
-  const size_t at = line->rfind("(port ");
-  int port = 0;
-  if (at == std::string::npos ||
-      !absl::SimpleAtoi(line->substr(at + 6, line->size() - at - 7), &port)) {
-    return 0;
-  }
-  return port;
+  return testing::CoordinatorPort(process, kTimeout);
 }
 
 std::vector<std::string> Command(std::vector<std::string> flags) {
