@@ -12,7 +12,9 @@ class Sgd final : public Optimizer {
  public:
   explicit Sgd(float lr) : lr_(lr) {}
   void Step(absl::Span<float> params, absl::Span<const float> grads) override {
-    for (size_t i = 0; i < params.size(); ++i) params[i] -= lr_ * grads[i];
+    float* __restrict w = params.data();
+    const float* __restrict g = grads.data();
+    for (size_t i = 0; i < params.size(); ++i) w[i] -= lr_ * g[i];
   }
 
  private:
@@ -24,10 +26,12 @@ class Momentum final : public Optimizer {
  public:
   Momentum(float lr, size_t n) : lr_(lr), velocity_(n, 0.0f) {}
   void Step(absl::Span<float> params, absl::Span<const float> grads) override {
-    float* v = velocity_.data();
+    float* __restrict v = velocity_.data();
+    float* __restrict w = params.data();
+    const float* __restrict g = grads.data();
     for (size_t i = 0; i < params.size(); ++i) {
-      v[i] = kMomentum * v[i] - lr_ * grads[i];
-      params[i] += v[i];
+      v[i] = kMomentum * v[i] - lr_ * g[i];
+      w[i] += v[i];
     }
   }
 
@@ -45,14 +49,18 @@ class Adadelta final : public Optimizer {
   Adadelta(float lr, size_t n)
       : lr_(lr), grad_sq_(n, 0.0f), delta_sq_(n, 0.0f) {}
   void Step(absl::Span<float> params, absl::Span<const float> grads) override {
-    float* a = grad_sq_.data();
-    float* b = delta_sq_.data();
+    // Restrict-qualified: the four arrays never overlap, and saying so lets the compiler
+    // vectorise the loop (otherwise it runs one element at a time).
+    float* __restrict a = grad_sq_.data();
+    float* __restrict b = delta_sq_.data();
+    float* __restrict w = params.data();
+    const float* __restrict grad = grads.data();
     for (size_t i = 0; i < params.size(); ++i) {
-      const float g = grads[i];
+      const float g = grad[i];
       a[i] = kRho * a[i] + (1 - kRho) * g * g;
       const float d = g * std::sqrt((b[i] + kEpsilon) / (a[i] + kEpsilon));
       b[i] = kRho * b[i] + (1 - kRho) * d * d;
-      params[i] -= lr_ * d;
+      w[i] -= lr_ * d;
     }
   }
 
@@ -70,13 +78,15 @@ class Adam final : public Optimizer {
     ++t_;
     const double c1 = 1 - std::pow(kBeta1, t_), c2 = 1 - std::pow(kBeta2, t_);
     const float step = static_cast<float>(lr_ * std::sqrt(c2) / c1);
-    float* m = m_.data();
-    float* v = v_.data();
+    float* __restrict m = m_.data();
+    float* __restrict v = v_.data();
+    float* __restrict w = params.data();
+    const float* __restrict grad = grads.data();
     for (size_t i = 0; i < params.size(); ++i) {
-      const float g = grads[i];
+      const float g = grad[i];
       m[i] = kBeta1 * m[i] + (1 - kBeta1) * g;
       v[i] = kBeta2 * v[i] + (1 - kBeta2) * g * g;
-      params[i] -= step * m[i] / (std::sqrt(v[i]) + kEpsilon);
+      w[i] -= step * m[i] / (std::sqrt(v[i]) + kEpsilon);
     }
   }
 
