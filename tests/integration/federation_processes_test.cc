@@ -1,0 +1,145 @@
+// The whole system as users run it: fedlearn-coordinator and five
+// fedlearn-client processes over localhost, on a slice of the real digits of
+// data/mnist. One agent is killed in the middle of round 2; the round still
+// closes at quorum, the run goes on through round 3 and the evaluation phase to
+// DONE, and every process exits.
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/idx.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/integration/child_process.h"
+
+namespace fedlearn {
+namespace {
+
+using ::fedlearn::testing::ChildProcess;
+using ::testing::HasSubstr;
+
+constexpr int kAgents = 5;
+constexpr int64_t kTrainPerAgent = 240;
+constexpr int64_t kTestPerAgent = 60;
+constexpr absl::Duration kTimeout = absl::Seconds(120);
+
+// Train accuracy of `round` from the coordinator's "round N: closed ...
+// accuracy A" line.
+double ClosedRoundAccuracy(const std::string& log, int round) {
+  const std::string prefix = absl::StrCat("round ", round, ": closed");
+  for (absl::string_view line : absl::StrSplit(log, '\n')) {
+    if (line.find(prefix) == absl::string_view::npos) continue;
+    const size_t at = line.find(" accuracy ");
+    double accuracy = -1;
+    if (at != absl::string_view::npos &&
+        absl::SimpleAtod(
+            line.substr(at + 10, line.find_first_of(",\n", at + 10) - at - 10),
+            &accuracy)) {
+      return accuracy;
+    }
+  }
+  return -1;
+}
+
+TEST(FederationProcessesTest, AgentKilledMidRoundAndTheRunStillFinishes) {
+  const std::string source = absl::StrCat(FEDLEARN_SOURCE_DIR, "/data/mnist");
+  absl::StatusOr<Dataset> train = LoadMnistDir(source, /*train=*/true);
+  absl::StatusOr<Dataset> test = LoadMnistDir(source, /*train=*/false);
+  if (!train.ok() || !test.ok()) {
+    GTEST_SKIP() << "no data/mnist (run scripts/fetch-data.sh): "
+                 << train.status();
+  }
+  // A slice of the real digits, so that three rounds take seconds.
+  const std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) /
+      absl::StrCat("federation_", getpid());
+  std::filesystem::create_directories(dir);
+  std::vector<int64_t> train_index(kAgents * kTrainPerAgent),
+      test_index(kAgents * kTestPerAgent);
+  for (size_t i = 0; i < train_index.size(); ++i)
+    train_index[i] = static_cast<int64_t>(i);
+  for (size_t i = 0; i < test_index.size(); ++i)
+    test_index[i] = static_cast<int64_t>(i);
+  ASSERT_TRUE(WriteIdx((dir / "train-images-idx3-ubyte").string(),
+                       (dir / "train-labels-idx1-ubyte").string(),
+                       Subset(*train, train_index))
+                  .ok());
+  ASSERT_TRUE(WriteIdx((dir / "t10k-images-idx3-ubyte").string(),
+                       (dir / "t10k-labels-idx1-ubyte").string(),
+                       Subset(*test, test_index))
+                  .ok());
+
+  ChildProcess coordinator(
+      {FEDLEARN_COORDINATOR_BINARY, "--port=0", "--bind=127.0.0.1",
+       "--model=mnist_cnn", "--min_clients=5", "--clients_per_round=5",
+       "--max_rounds=3", "--convergence_threshold=0",
+       "--rounds_between_validations=1", "--round_timeout=90s",
+       "--eval_timeout=90s", "--done_grace=5s"});
+  const int port = testing::CoordinatorPort(coordinator, kTimeout);
+  ASSERT_GT(port, 0) << coordinator.output();
+
+  std::vector<std::unique_ptr<ChildProcess>> agents;
+  for (int i = 0; i < kAgents; ++i) {
+    agents.push_back(std::make_unique<ChildProcess>(std::vector<std::string>{
+        FEDLEARN_CLIENT_BINARY, absl::StrCat("--coordinator=127.0.0.1:", port),
+        absl::StrCat("--data_dir=", dir.string()), "--partition=iid",
+        absl::StrCat("--num_partitions=", kAgents),
+        absl::StrCat("--partition_index=", i), "--threads=1",
+        absl::StrCat("--name=agent", i)}));
+    ASSERT_TRUE(agents.back()->started());
+  }
+
+  // Kill one agent as soon as round 2 has started: it never answers round 2.
+  ASSERT_TRUE(
+      coordinator.WaitForLine("round 2: training attempt 1 started", kTimeout))
+      << coordinator.output();
+  agents.back()->Signal(SIGKILL);
+  EXPECT_EQ(agents.back()->Wait(kTimeout), 128 + SIGKILL);
+
+  // The coordinator exits by itself once the run is DONE and the live agents
+  // were told.
+  const std::optional<int> coordinator_exit = coordinator.Wait(kTimeout);
+  ASSERT_TRUE(coordinator_exit.has_value()) << "coordinator still running:\n"
+                                            << coordinator.output();
+  EXPECT_EQ(*coordinator_exit, 0) << coordinator.output();
+  for (int i = 0; i + 1 < kAgents; ++i) {
+    const std::optional<int> exit_code = agents[i]->Wait(kTimeout);
+    ASSERT_TRUE(exit_code.has_value()) << "agent " << i << " still running";
+    EXPECT_EQ(*exit_code, 0) << agents[i]->output();
+  }
+
+  const std::string& log = coordinator.output();
+  // Every phase was reached, in order.
+  const size_t waiting = log.find("waiting for 5 clients");
+  const size_t training = log.find("round 1: training attempt 1 started");
+  const size_t evaluating = log.find("evaluation attempt 1 started");
+  const size_t done = log.find("run done: 3 rounds (max_rounds)");
+  ASSERT_NE(waiting, std::string::npos) << log;
+  ASSERT_NE(training, std::string::npos) << log;
+  ASSERT_NE(evaluating, std::string::npos) << log;
+  ASSERT_NE(done, std::string::npos) << log;
+  EXPECT_LT(waiting, training);
+  EXPECT_LT(training, evaluating);
+  EXPECT_LT(evaluating, done);
+  // Round 2 closed at quorum (4 of 5) without its killed agent, not at its
+  // deadline.
+  EXPECT_THAT(log, HasSubstr("round 2: closed (quorum) with 4 of 5 updates"));
+  EXPECT_THAT(log, ::testing::Not(HasSubstr("abandoned")));
+  // The model learned: train accuracy rose from round 1 to round 3.
+  const double first = ClosedRoundAccuracy(log, 1);
+  const double last = ClosedRoundAccuracy(log, 3);
+  ASSERT_GE(first, 0) << log;
+  EXPECT_GT(last, first + 0.2) << log;
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace fedlearn
