@@ -53,7 +53,7 @@ ABSL_FLAG(std::string, join_token, "",
 ABSL_FLAG(int, max_clients, 10000, "most clients that may join");
 ABSL_FLAG(absl::Duration, poll_timeout, absl::Seconds(30),
           "longest a poll is held open");
-ABSL_FLAG(absl::Duration, client_timeout, absl::Seconds(60),
+ABSL_FLAG(absl::Duration, client_timeout, absl::Seconds(20),
           "a client silent this long is gone");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(5),
           "heartbeat interval suggested to clients");

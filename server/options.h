@@ -42,7 +42,10 @@ struct CoordinatorOptions {
   int max_clients = 10000;
   absl::Duration poll_timeout =
       absl::Seconds(30);  // longest a poll is held open
-  absl::Duration client_timeout = absl::Seconds(60);  // silent this long: gone
+  // Silent this long (no call, no heartbeat, no poll held open): gone. Agents
+  // heartbeat every --heartbeat_interval while training and hold a poll open
+  // otherwise.
+  absl::Duration client_timeout = absl::Seconds(20);
   absl::Duration heartbeat_interval = absl::Seconds(5);  // suggested to clients
   int max_concurrent_updates =
       2;  // updates received at once (each holds one model)
