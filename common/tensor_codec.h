@@ -23,9 +23,10 @@ v1::ModelSpec ToProto(const ModelSpec& spec);
 absl::StatusOr<ModelSpec> FromProto(const v1::ModelSpec& proto);
 
 // Splits a flat float32 parameter vector into TensorChunk messages of at most
-// `chunk_bytes` payload each, tensor by tensor in the spec's order. Reads
-// `values` in place; the caller keeps `spec` and `values` alive while writing.
-// Not thread-safe.
+// `chunk_bytes` payload each (rounded down to whole floats, at least one float,
+// at most kMaxChunkBytes), tensor by tensor in the spec's order. Reads `values`
+// in place; the caller keeps `spec` and `values` alive while writing. Not
+// thread-safe.
 class ChunkWriter {
  public:
   ChunkWriter(const ModelSpec& spec, absl::Span<const float> values,
@@ -48,13 +49,14 @@ class ChunkWriter {
   uint32_t tensor_crc_ = 0;
 };
 
-// Reassembles chunks into a flat float32 vector, verifying each chunk before
-// copying it: the tensor's name and order, shape, dtype, encoding and size
-// against the spec, the byte offset (no gaps, no overlap), the chunk's and the
-// tensor's CRC-32C, the chunk size limit and, when asked, that every value is
-// finite. Errors are INVALID_ARGUMENT (RESOURCE_EXHAUSTED for an oversized
-// chunk) with a message naming the tensor; after an error the assembler accepts
-// nothing more. Not thread-safe.
+// Reassembles chunks into a flat float32 vector, verifying each chunk: the
+// tensor's name and order, shape, dtype, encoding and size against the spec,
+// the byte offset (no gaps, no overlap), the chunk's and the tensor's CRC-32C
+// and the chunk size limit before copying it, and, when asked, that every value
+// is finite as it is copied. Errors are INVALID_ARGUMENT (RESOURCE_EXHAUSTED
+// for an oversized chunk) with a message naming the tensor; after an error the
+// assembler accepts nothing more and `out` holds whatever was copied, so
+// assemble into a scratch buffer. Not thread-safe.
 class ChunkAssembler {
  public:
   // `out` must hold spec.num_parameters floats and outlive the assembler.
