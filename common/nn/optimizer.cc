@@ -49,8 +49,8 @@ class Adadelta final : public Optimizer {
   Adadelta(float lr, size_t n)
       : lr_(lr), grad_sq_(n, 0.0f), delta_sq_(n, 0.0f) {}
   void Step(absl::Span<float> params, absl::Span<const float> grads) override {
-    // Restrict-qualified: the four arrays never overlap, and saying so lets the compiler
-    // vectorise the loop (otherwise it runs one element at a time).
+    // Restrict-qualified: the four arrays never overlap, and saying so lets the
+    // compiler vectorise the loop (otherwise it runs one element at a time).
     float* __restrict a = grad_sq_.data();
     float* __restrict b = delta_sq_.data();
     float* __restrict w = params.data();
