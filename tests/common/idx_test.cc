@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/util/scoped_temp_dir.h"
 
 namespace fedlearn {
 namespace {
@@ -23,24 +24,12 @@ namespace {
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
 
-// A fresh directory under the test temp dir for each test (and process: other
-// build trees may run the same tests at the same time).
+// Each test writes its files into a directory of its own.
 class IdxTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = std::filesystem::path(::testing::TempDir()) /
-           absl::StrCat("idx_test_", getpid(), "_", info->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string Path(const std::string& name) const { return dir_.Path(name); }
 
-  std::string Path(const std::string& name) const {
-    return (dir_ / name).string();
-  }
-
-  std::filesystem::path dir_;
+  testing::ScopedTempDir dir_;
 };
 
 // Three 2 x 3 images with distinct pixels, labels 0, 9, 4.
@@ -342,15 +331,16 @@ TEST_F(IdxTest, LoadsMnistDirectoryLayouts) {
   WriteGzip(Path("t10k-images-idx3-ubyte.gz"), ReadBytes(Path("t")));
   WriteGzip(Path("t10k-labels-idx1-ubyte.gz"), ReadBytes(Path("l")));
 
-  absl::StatusOr<Dataset> got = LoadMnistDir(dir_.string(), /*train=*/true);
+  absl::StatusOr<Dataset> got =
+      LoadMnistDir(dir_.path().string(), /*train=*/true);
   ASSERT_TRUE(got.ok()) << got.status();
   ExpectSame(*got, train);
-  got = LoadMnistDir(dir_.string(), /*train=*/false);
+  got = LoadMnistDir(dir_.path().string(), /*train=*/false);
   ASSERT_TRUE(got.ok()) << got.status();
   ExpectSame(*got, test);
 
   std::filesystem::remove(Path("t10k-labels-idx1-ubyte.gz"));
-  ExpectError(LoadMnistDir(dir_.string(), /*train=*/false).status(),
+  ExpectError(LoadMnistDir(dir_.path().string(), /*train=*/false).status(),
               absl::StatusCode::kNotFound, Path("t10k-labels-idx1-ubyte"));
   ExpectError(LoadMnistDir(Path("empty"), /*train=*/true).status(),
               absl::StatusCode::kNotFound, "train-images-idx3-ubyte");

@@ -24,6 +24,7 @@
 #include "common/model_spec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/util/scoped_temp_dir.h"
 
 namespace fedlearn {
 namespace {
@@ -32,24 +33,12 @@ using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
-// A fresh directory under the test temp dir for each test (and process: other
-// build trees may run the same tests at the same time).
+// Each test writes its files into a directory of its own.
 class SafetensorsTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = std::filesystem::path(::testing::TempDir()) /
-           absl::StrCat("safetensors_test_", getpid(), "_", info->name());
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string Path(const std::string& name) const { return dir_.Path(name); }
 
-  std::string Path(const std::string& name) const {
-    return (dir_ / name).string();
-  }
-
-  std::filesystem::path dir_;
+  testing::ScopedTempDir dir_;
 };
 
 ModelSpec Lookup(const std::string& name) {
@@ -187,7 +176,7 @@ TEST_F(SafetensorsTest, OverwritesAtomicallyAndLeavesNoTemporaryFiles) {
   ASSERT_TRUE(read.ok()) << read.status();
   ExpectBitExact(*read, second);
   std::vector<std::string> names;
-  for (const auto& entry : std::filesystem::directory_iterator(dir_)) {
+  for (const auto& entry : std::filesystem::directory_iterator(dir_.path())) {
     names.push_back(entry.path().filename().string());
   }
   EXPECT_THAT(names, ::testing::ElementsAre("model.safetensors"));
