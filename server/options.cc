@@ -1,5 +1,7 @@
 #include "server/options.h"
 
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 #include "common/tensor_codec.h"
 
@@ -30,8 +32,10 @@ absl::Status CoordinatorOptions::Validate() const {
   if (rounds_between_validations < 0) {
     return Bad("rounds_between_validations", "must be >= 0 (0: never)");
   }
-  if (!(convergence_threshold >= 0))
-    return Bad("convergence_threshold", "must be >= 0");
+  if (std::isnan(convergence_threshold)) {
+    return Bad("convergence_threshold",
+               "must be a number (-inf: never converge)");
+  }
   if (epochs < 1) return Bad("epochs", "must be at least 1");
   if (batch_size < 1) return Bad("batch_size", "must be at least 1");
   if (optimizer != "adadelta" && optimizer != "sgd" &&

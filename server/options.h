@@ -28,6 +28,9 @@ struct CoordinatorOptions {
   absl::Duration eval_timeout = absl::Minutes(5);
   int max_rounds = 50;
   int rounds_between_validations = 2;
+  // Converged when the aggregated train loss improves by less than this
+  // fraction: 0 stops only on a rising loss, a negative value tolerates some
+  // rise, -inf never converges.
   double convergence_threshold = 0.01;
 
   // Training plan sent to every client.
