@@ -106,6 +106,7 @@ absl::Status Run() {
         "{\"side\":\"fedlearn\",\"epoch\":0,\"test_loss\":%.4f,"
         "\"test_accuracy\":%.4f}\n",
         test.loss, test.accuracy);
+    std::fflush(stdout);
   }
   for (int epoch = 1; epoch <= absl::GetFlag(FLAGS_epochs); ++epoch) {
     const absl::Time epoch_start = absl::Now();

@@ -131,7 +131,8 @@ def backend_report():
     """Which BLAS, OpenMP and conv implementation this torch uses."""
     config = torch.__config__.show().splitlines()
     keep = ("MKL", "OpenMP", "LAPACK", "CPU capability")
-    excerpt = [line.strip() for line in config if any(k in line for k in keep)]
+    excerpt = [line.strip() for line in config
+               if any(k in line for k in keep) and "Build settings" not in line]
     for line in config:
         if "BLAS_INFO" in line:
             excerpt += [s.strip() for s in line.split(",") if "BLAS_INFO" in s or "LAPACK_INFO" in s]
@@ -199,9 +200,10 @@ def samples_per_second(step, batch, windows, window_seconds, warmup_seconds):
 
 
 def run_speed(args):
-    print(json.dumps(backend_report()), flush=True)
+    if not args.skip_backends:
+        print(json.dumps(backend_report()), flush=True)
     torch.manual_seed(args.seed)
-    for kind in ("train", "inference"):
+    for kind in args.kinds:
         for batch in args.batch_sizes:
             for threads in args.threads_list:
                 set_threads(threads)
@@ -319,11 +321,15 @@ def main():
     parser.add_argument("--mode", choices=("speed", "accuracy"), required=True)
     parser.add_argument("--seed", type=int, default=1)
     speed = parser.add_argument_group("speed")
+    speed.add_argument("--kinds", nargs="+", choices=("train", "inference"),
+                       default=["train", "inference"])
     speed.add_argument("--batch_sizes", type=int, nargs="+", default=[10, 64])
     speed.add_argument("--threads_list", type=int, nargs="+", default=[1, 2])
     speed.add_argument("--windows", type=int, default=5, help="timed windows per config")
     speed.add_argument("--window_seconds", type=float, default=2.0)
     speed.add_argument("--warmup_seconds", type=float, default=1.0)
+    speed.add_argument("--skip_backends", action="store_true",
+                       help="do not print the BLAS / backend report first")
     accuracy = parser.add_argument_group("accuracy")
     accuracy.add_argument("--data_dir", default="data/mnist")
     accuracy.add_argument("--epochs", type=int, default=5)

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Test accuracy of the seed CNN (mnist_cnn) trained centrally, fedlearn next to PyTorch:
+# 5 epochs, batch 10, Adadelta (lr 1.0, rho 0.95, eps 1e-7) on data/mnist (8,000 train /
+# 2,000 test), evaluated on the test set after every epoch.
+#   fedlearn: bench/central_train.cc, the client's own CnnTrainer (client/cnn_trainer.h)
+#   PyTorch:  bench/peers/train_pytorch.py --mode=accuracy (Debian's python3-torch 1.13)
+# Both start from the same initial weights (the registry's seeded Glorot-uniform
+# initialisation, written by central_train --init_out and loaded by the peer), so the
+# epoch-0 rows must agree; shuffling and dropout masks differ between the two.
+#
+# Usage: bench/accuracy.sh [--fashion] [--epochs N] [--batch_size B] [--threads T]
+#   --fashion  also train on data/fashion-mnist (60,000 / 10,000; several minutes per side)
+# Environment: BUILD_DIR (default build-bench).
+# Last line: fedlearn_acc=<x> pytorch_acc=<x> (final-epoch test accuracy on mnist).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build="${BUILD_DIR:-build-bench}"
+python=/usr/bin/python3  # Debian's torch is for Debian's python
+
+fashion=0 epochs=5 batch_size=10 threads=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --fashion) fashion=1 ;;
+    --epochs) epochs=$2; shift ;;
+    --batch_size) batch_size=$2; shift ;;
+    --threads) threads=$2; shift ;;
+    *) echo "usage: $0 [--fashion] [--epochs N] [--batch_size B] [--threads T]" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# --- Prerequisites: data, the peer's packages, central_train ----------------------------------
+datasets=(mnist)
+[ "$fashion" -eq 1 ] && datasets+=(fashion-mnist)
+for d in "${datasets[@]}"; do
+  if [ ! -e "data/$d/train-labels-idx1-ubyte" ] && [ ! -e "data/$d/train-labels-idx1-ubyte.gz" ]; then
+    echo "== data/$d missing: running scripts/fetch-data.sh"
+    scripts/fetch-data.sh
+  fi
+done
+
+missing=()
+for p in python3-torch libopenblas0-openmp; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$' || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "== installing ${missing[*]}"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" \
+    >"$tmp/apt.log" 2>&1 || { cat "$tmp/apt.log" >&2; exit 1; }
+fi
+
+echo "== building central_train in $build"
+BUILD_DIR="$build" scripts/build.sh Release -j1 central_train >"$tmp/build.log" 2>&1 ||
+  { cat "$tmp/build.log" >&2; exit 1; }
+
+# As in bench/train-vs-pytorch.sh: OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE slow current
+# OpenBLAS here; both sides run without them (they affect the wall times, not accuracy).
+echo "== OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are UNSET for both sides;" \
+  "$threads thread(s) each; PyTorch loads the OpenMP build of OpenBLAS"
+clean_env=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE)
+peer_env=("${clean_env[@]}" "LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp")
+
+# --- Train both sides on one data set; prints the per-epoch table ---------------------------
+# Leaves the final test accuracies in $tmp/<dataset>.final ("<fedlearn> <pytorch>").
+compare() {
+  local d=$1
+  echo
+  echo "== $d: $epochs epochs, batch $batch_size, Adadelta(lr=1.0, rho=0.95, eps=1e-7)"
+  "${clean_env[@]}" "$build/bench/central_train" --data_dir="data/$d" --epochs="$epochs" \
+    --batch_size="$batch_size" --threads="$threads" --seed=1 --init_out="$tmp/$d.init.f32" \
+    | tee "$tmp/$d.fedlearn.jsonl"
+  "${peer_env[@]}" "$python" bench/peers/train_pytorch.py --mode=accuracy --data_dir="data/$d" \
+    --epochs="$epochs" --batch_size="$batch_size" --threads="$threads" --seed=1 \
+    --init_weights="$tmp/$d.init.f32" | tee "$tmp/$d.pytorch.jsonl"
+  "$python" - "$tmp/$d.fedlearn.jsonl" "$tmp/$d.pytorch.jsonl" "$tmp/$d.final" <<'PY'
+import json, sys
+
+def epochs(path):
+    rows = [json.loads(line) for line in open(path)]
+    return {r["epoch"]: r for r in rows if "epoch" in r}
+
+fedlearn, pytorch, final_path = epochs(sys.argv[1]), epochs(sys.argv[2]), sys.argv[3]
+print()
+columns = f"{'test acc':>8} {'test loss':>9} {'train loss':>10} {'s':>5}"
+print(f"{'':>5} | {'fedlearn':^{len(columns)}} | {'PyTorch':^{len(columns)}}")
+print(f"{'epoch':>5} | {columns} | {columns}")
+for e in sorted(fedlearn):
+    cells = []
+    for r in (fedlearn[e], pytorch[e]):
+        train_loss = f"{r['train_loss']:.4f}" if "train_loss" in r else "-"
+        seconds = f"{r['epoch_seconds']:.1f}" if "epoch_seconds" in r else "-"
+        cells.append(f"{r['test_accuracy']:>8.4f} {r['test_loss']:>9.4f} {train_loss:>10} "
+                     f"{seconds:>5}")
+    print(f"{e:>5} | {cells[0]} | {cells[1]}")
+last = max(fedlearn)
+print(f"wall time: fedlearn {fedlearn[last]['wall_seconds']:.1f} s, "
+      f"PyTorch {pytorch[last]['wall_seconds']:.1f} s")
+with open(final_path, "w") as f:
+    f.write(f"{fedlearn[last]['test_accuracy']:.4f} {pytorch[last]['test_accuracy']:.4f}\n")
+PY
+}
+
+for d in "${datasets[@]}"; do compare "$d"; done
+for d in "${datasets[@]}"; do
+  read -r f p <"$tmp/$d.final"
+  echo "$d final test accuracy: fedlearn $f, PyTorch $p"
+done
+read -r fedlearn_acc pytorch_acc <"$tmp/mnist.final"
+echo "fedlearn_acc=$fedlearn_acc pytorch_acc=$pytorch_acc"

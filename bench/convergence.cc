@@ -1,0 +1,247 @@
+// convergence: rounds (and wall time) a real federated run needs to reach a
+// test accuracy. Starts an in-process coordinator on a loopback port and
+// --clients agents, each a thread with a real CnnTrainer on its partition of
+// data/mnist's training split, and after every round judges the new global
+// model centrally on the whole test split. bench/convergence-vs-pytorch.sh runs
+// it next to an independent FedAvg simulation in PyTorch
+// (bench/peers/fedavg_pytorch.py) on the same partition (--partitions_out) and
+// from the same initial weights (--initial_out).
+//
+// The run: every client in every round (min_clients = clients_per_round =
+// --clients, tolerance 0), E=1, B=10, Adadelta(lr 1.0) with each client's
+// optimizer state kept across rounds, no local validation (all local data
+// trains), FedAvg weighted by local train size. convergence_threshold is -inf,
+// so the coordinator never stops on the train loss: the run goes on until the
+// target accuracy or --rounds.
+//
+// Prints one JSON line per round on stdout:
+//   {"side":"fedlearn","round":1,"test_accuracy":...,"test_loss":...,
+//    "train_loss":...,"seconds_since_start":...}
+// seconds_since_start counts from the agents' start to the round's close (the
+// central evaluation runs while the agents train the next round and is not
+// counted). Logs of the coordinator and agents go to stderr.
+
+#include <cstdio>
+#include <limits>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "client/agent.h"
+#include "client/cnn_trainer.h"
+#include "common/flags.h"
+#include "common/idx.h"
+#include "common/partition.h"
+#include "common/safetensors.h"
+#include "common/status_macros.h"
+#include "server/coordinator_server.h"
+#include "server/round_manager.h"
+
+ABSL_FLAG(std::string, data_dir, "data/mnist",
+          "IDX directory (train-*/t10k-* files, raw or .gz)");
+ABSL_FLAG(std::string, partition, "iid",
+          "how the training split is dealt out: iid, shards, dirichlet:ALPHA");
+ABSL_FLAG(int, clients, 10, "agents; all of them train in every round");
+ABSL_FLAG(int, rounds, 40, "most rounds to run");
+ABSL_FLAG(double, target, 0.97,
+          "stop once the global model's test accuracy reaches this");
+ABSL_FLAG(uint64_t, seed, 1,
+          "seed of the partition and of the initial weights; agent i shuffles "
+          "and drops out with seed 100 + i");
+ABSL_FLAG(std::string, partitions_out, "",
+          "if set, write the partition here as JSON "
+          "{\"partitions\": [[train indices of client 0], ...]}");
+ABSL_FLAG(std::string, initial_out, "",
+          "if set, write the coordinator's initial global weights here "
+          "(safetensors, PyTorch names and layouts)");
+
+namespace fedlearn {
+namespace {
+
+absl::Status WritePartitions(const std::string& path,
+                             const std::vector<std::vector<int64_t>>& parts) {
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr)
+    return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  std::fputs("{\"partitions\": [", f);
+  for (size_t i = 0; i < parts.size(); ++i) {
+    std::fprintf(f, "%s\n[%s]", i == 0 ? "" : ",",
+                 absl::StrJoin(parts[i], ",").c_str());
+  }
+  std::fputs("]}\n", f);
+  if (std::fclose(f) != 0) {
+    return absl::DataLossError(absl::StrCat("short write to ", path));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Run() {
+  const std::string dir = absl::GetFlag(FLAGS_data_dir);
+  const int clients = absl::GetFlag(FLAGS_clients);
+  const int max_rounds = absl::GetFlag(FLAGS_rounds);
+  const double target = absl::GetFlag(FLAGS_target);
+  const uint64_t seed = absl::GetFlag(FLAGS_seed);
+  FEDLEARN_ASSIGN_OR_RETURN(Dataset train, LoadMnistDir(dir, /*train=*/true));
+  FEDLEARN_ASSIGN_OR_RETURN(Dataset test, LoadMnistDir(dir, /*train=*/false));
+  FEDLEARN_ASSIGN_OR_RETURN(
+      PartitionScheme scheme,
+      ParsePartitionScheme(absl::GetFlag(FLAGS_partition)));
+  FEDLEARN_ASSIGN_OR_RETURN(auto parts,
+                            Partition(train.labels, scheme, clients, seed));
+  if (const std::string out = absl::GetFlag(FLAGS_partitions_out);
+      !out.empty()) {
+    FEDLEARN_RETURN_IF_ERROR(WritePartitions(out, parts));
+  }
+
+  CoordinatorOptions options;
+  options.model = "mnist_cnn";
+  options.seed = seed;
+  options.min_clients = clients;
+  options.clients_per_round = clients;
+  options.tolerance = 0;  // every selected client's update counts
+  options.max_rounds = max_rounds;
+  // Never stop on the train loss: a benchmark of rounds-to-target runs until
+  // the target (non-IID train loss is noisy, and a rise would end the run).
+  options.convergence_threshold = -std::numeric_limits<double>::infinity();
+  options.rounds_between_validations = 0;
+  options.validation_fraction = 0;  // all local data trains
+  options.round_timeout = absl::Minutes(10);
+  options.client_timeout = absl::Minutes(5);  // 10 agents share 2 cores
+  FEDLEARN_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorServer> server,
+                            CoordinatorServer::Start(options, "127.0.0.1:0"));
+  RoundManager& rounds = server->rounds();
+  if (const std::string out = absl::GetFlag(FLAGS_initial_out); !out.empty()) {
+    FEDLEARN_RETURN_IF_ERROR(
+        WriteSafetensors(out, rounds.spec(), *rounds.global_weights()));
+  }
+
+  // The judge: a trainer of its own that only evaluates (its train split is a
+  // placeholder, since a trainer needs one).
+  CnnTrainerOptions judge_options;
+  judge_options.train = Subset(train, std::vector<int64_t>{0});
+  judge_options.test = test;
+  FEDLEARN_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> judge,
+                            MakeCnnTrainer(std::move(judge_options)));
+
+  const std::string address = absl::StrCat("127.0.0.1:", server->port());
+  std::vector<std::unique_ptr<Agent>> agents;
+  std::vector<int64_t> sizes;
+  for (int i = 0; i < clients; ++i) {
+    CnnTrainerOptions trainer;
+    trainer.train = Subset(train, parts[i]);
+    trainer.test = test;  // only used if the coordinator asks for EVALUATE
+    trainer.seed = 100 + i;
+    trainer.threads = 1;  // 10 agents share the box's 2 cores
+    sizes.push_back(trainer.train.size());
+    AgentOptions agent_options;
+    agent_options.coordinator = address;
+    agent_options.channel =
+        MakeCoordinatorChannel(address, agent_options.max_backoff);
+    agent_options.display_name = absl::StrCat("agent-", i);
+    agent_options.num_train_examples = trainer.train.size();
+    agent_options.num_test_examples = trainer.test.size();
+    agent_options.jitter_seed = 1000 + i;
+    agents.push_back(std::make_unique<Agent>(
+        agent_options, [trainer](const v1::JoinResponse& joined) mutable {
+          trainer.model = joined.model().name();
+          return MakeCnnTrainer(std::move(trainer));
+        }));
+  }
+  std::printf(
+      "{\"side\":\"fedlearn\",\"event\":\"start\",\"partition\":\"%s\","
+      "\"clients\":%d,\"client_sizes\":[%s],\"test_examples\":%lld,"
+      "\"max_rounds\":%d,\"target\":%.4f}\n",
+      PartitionSchemeToString(scheme).c_str(), clients,
+      absl::StrJoin(sizes, ",").c_str(), static_cast<long long>(test.size()),
+      max_rounds, target);
+  {
+    FEDLEARN_ASSIGN_OR_RETURN(EvalMetrics initial,
+                              judge->Evaluate(*rounds.global_weights()));
+    std::printf(
+        "{\"side\":\"fedlearn\",\"round\":0,\"test_accuracy\":%.4f,"
+        "\"test_loss\":%.4f,\"seconds_since_start\":0}\n",
+        initial.accuracy, initial.loss);
+    std::fflush(stdout);
+  }
+
+  const absl::Time start = absl::Now();
+  std::vector<std::thread> threads;
+  std::vector<absl::Status> results(clients);
+  for (int i = 0; i < clients; ++i) {
+    threads.emplace_back([&, i] { results[i] = agents[i]->Run().status(); });
+  }
+
+  // A round's record is history[round - 1] as long as no attempt is abandoned
+  // (tolerance 0 with a 10-minute deadline); the record says which round it
+  // is, so an abandoned attempt would show as a repeated round number.
+  absl::Status outcome = absl::OkStatus();
+  for (size_t n = 1;; ++n) {
+    if (!rounds.AwaitHistory(n, absl::Minutes(15))) {
+      outcome = absl::DeadlineExceededError(
+          absl::StrCat("no record ", n, " within 15 minutes"));
+      break;
+    }
+    // Both read under the manager's lock, but separately: the next round
+    // cannot close before its agents have trained, which takes seconds.
+    const v1::GetStatusResponse status = rounds.GetStatus();
+    const absl::Time closed = absl::Now();
+    const v1::RoundRecord& record = status.history(static_cast<int>(n) - 1);
+    if (record.evaluation()) break;
+    const Weights weights = rounds.global_weights();
+    FEDLEARN_ASSIGN_OR_RETURN(EvalMetrics eval, judge->Evaluate(*weights));
+    std::printf(
+        "{\"side\":\"fedlearn\",\"round\":%lld,\"outcome\":\"%s\","
+        "\"responded\":%d,\"test_accuracy\":%.4f,\"test_loss\":%.4f,"
+        "\"train_loss\":%.4f,\"round_seconds\":%.2f,"
+        "\"seconds_since_start\":%.2f}\n",
+        static_cast<long long>(record.round()), record.outcome().c_str(),
+        record.responded(), eval.accuracy, eval.loss,
+        record.metrics().train_loss(), record.duration_seconds(),
+        absl::ToDoubleSeconds(closed - start));
+    std::fflush(stdout);
+    if (eval.accuracy >= target) {
+      std::printf(
+          "{\"side\":\"fedlearn\",\"event\":\"stopped\",\"reason\":\"target\","
+          "\"round\":%lld}\n",
+          static_cast<long long>(record.round()));
+      break;
+    }
+    if (status.phase() == v1::PHASE_EVALUATING ||
+        status.phase() == v1::PHASE_DONE) {
+      std::printf(
+          "{\"side\":\"fedlearn\",\"event\":\"stopped\",\"reason\":\"%s\","
+          "\"round\":%lld}\n",
+          status.stop_reason().c_str(), static_cast<long long>(record.round()));
+      break;
+    }
+  }
+  std::fflush(stdout);
+
+  for (auto& agent : agents) agent->Stop();
+  server->Shutdown(absl::Seconds(1));
+  for (auto& t : threads) t.join();
+  return outcome;
+}
+
+}  // namespace
+}  // namespace fedlearn
+
+int main(int argc, char** argv) {
+  fedlearn::ParseFlags(argc, argv,
+                       "convergence: rounds a federated run with in-process "
+                       "agents needs to reach a test accuracy");
+  const absl::Status status = fedlearn::Run();
+  if (!status.ok()) {
+    std::fprintf(stderr, "convergence: %s\n", status.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
