@@ -42,26 +42,15 @@ for d in "${datasets[@]}"; do
   fi
 done
 
-missing=()
-for p in python3-torch libopenblas0-openmp; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$' || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "== installing ${missing[*]}"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" \
-    >"$tmp/apt.log" 2>&1 || { cat "$tmp/apt.log" >&2; exit 1; }
-fi
+source bench/peers/setup.sh
+apt_install python3-torch libopenblas0-openmp
 
-echo "== building central_train in $build"
-BUILD_DIR="$build" scripts/build.sh Release -j1 central_train >"$tmp/build.log" 2>&1 ||
-  { cat "$tmp/build.log" >&2; exit 1; }
+build_targets central_train
 
 # As in bench/train-vs-pytorch.sh: OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE slow current
 # OpenBLAS here; both sides run without them (they affect the wall times, not accuracy).
 echo "== OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are UNSET for both sides;" \
   "$threads thread(s) each; PyTorch loads the OpenMP build of OpenBLAS"
-clean_env=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE)
-peer_env=("${clean_env[@]}" "LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp")
 
 # --- Train both sides on one data set; prints the per-epoch table ---------------------------
 # Leaves the final test accuracies in $tmp/<dataset>.final ("<fedlearn> <pytorch>").

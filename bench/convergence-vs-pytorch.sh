@@ -38,26 +38,15 @@ if [ ! -e data/mnist/train-labels-idx1-ubyte ] && [ ! -e data/mnist/train-labels
   scripts/fetch-data.sh
 fi
 
-missing=()
-for p in python3-torch libopenblas0-openmp; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$' || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "== installing ${missing[*]}"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" \
-    >"$tmp/apt.log" 2>&1 || { cat "$tmp/apt.log" >&2; exit 1; }
-fi
+source bench/peers/setup.sh
+apt_install python3-torch libopenblas0-openmp
 
-echo "== building convergence in $build"
-BUILD_DIR="$build" scripts/build.sh Release -j1 convergence >"$tmp/build.log" 2>&1 ||
-  { cat "$tmp/build.log" >&2; exit 1; }
+build_targets convergence
 
 # As in bench/train-vs-pytorch.sh: OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE slow current
 # OpenBLAS here; both sides run without them (in this script only).
 echo "== OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE-<unset>} OPENBLAS_L2_SIZE=${OPENBLAS_L2_SIZE-<unset>}" \
   "in this shell; both are UNSET for the fedlearn and the PyTorch commands below"
-clean_env=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE)
-peer_env=("${clean_env[@]}" "LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-openmp")
 
 # --- Run both sides on one partition; prints the per-round table ------------------------------
 # Leaves "<rounds_f> <rounds_p> <time_f> <time_p>" in $tmp/<partition>.result ("-" for a

@@ -36,17 +36,7 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 # --- 1. The peer's packages -----------------------------------------------------------------
-apt_install() {  # installs those of the named Debian packages that are missing
-  local missing=() p
-  for p in "$@"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$' ||
-      missing+=("$p")
-  done
-  [ ${#missing[@]} -eq 0 ] && return 0
-  echo "== installing ${missing[*]}"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" \
-    >"$tmp/apt.log" 2>&1 || { cat "$tmp/apt.log" >&2; exit 1; }
-}
+source bench/peers/setup.sh
 apt_install python3-torch libopenblas0-openmp
 
 # libopenblas0-openmp registers an alternative for libopenblas.so.0 too; in auto mode the
@@ -55,9 +45,7 @@ echo "== libopenblas.so.0 alternative (the system's OpenBLAS, which fedlearn lin
 update-alternatives --display libopenblas.so.0-x86_64-linux-gnu | sed -n '1,3p'
 
 # --- 2. fedlearn's benchmark ----------------------------------------------------------------
-echo "== building train_bench in $build"
-BUILD_DIR="$build" scripts/build.sh Release -j1 train_bench >"$tmp/build.log" 2>&1 ||
-  { cat "$tmp/build.log" >&2; exit 1; }
+build_targets train_bench
 
 # --- 3. Run both sides ----------------------------------------------------------------------
 # The environment may export OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE, which slow current
@@ -65,7 +53,6 @@ BUILD_DIR="$build" scripts/build.sh Release -j1 train_bench >"$tmp/build.log" 2>
 # nothing else is changed.
 echo "== OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE-<unset>} OPENBLAS_L2_SIZE=${OPENBLAS_L2_SIZE-<unset>}" \
   "in this shell; both are UNSET for the fedlearn and the PyTorch commands below"
-clean_env=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE)
 
 case "$peer_openblas" in
   openmp | pthread) peer_env=("${clean_env[@]}" "LD_LIBRARY_PATH=$libdir/openblas-$peer_openblas") ;;
