@@ -16,7 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/util/scoped_temp_dir.h"
+#include "tests/util/files.h"
 
 namespace fedlearn {
 namespace {
@@ -44,16 +44,8 @@ Dataset SmallDataset() {
   return d;
 }
 
-std::string ReadBytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void WriteBytes(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  ASSERT_TRUE(out.good()) << path;
-}
+using testing::ReadBytes;
+using testing::WriteBytes;
 
 // gzip-compresses `bytes` into `path` with zlib's gz* API.
 void WriteGzip(const std::string& path, const std::string& bytes) {

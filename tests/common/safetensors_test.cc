@@ -24,7 +24,7 @@
 #include "common/model_spec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/util/scoped_temp_dir.h"
+#include "tests/util/files.h"
 
 namespace fedlearn {
 namespace {
@@ -72,16 +72,8 @@ std::vector<float> AwkwardValues(int64_t n, uint32_t seed) {
   return v;
 }
 
-std::string ReadBytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void WriteBytes(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  ASSERT_TRUE(out.good()) << path;
-}
+using testing::ReadBytes;
+using testing::WriteBytes;
 
 std::string LittleEndian64(uint64_t v) {
   std::string s(8, '\0');

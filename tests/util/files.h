@@ -1,9 +1,11 @@
-#ifndef FEDLEARN_TESTS_UTIL_SCOPED_TEMP_DIR_H_
-#define FEDLEARN_TESTS_UTIL_SCOPED_TEMP_DIR_H_
+#ifndef FEDLEARN_TESTS_UTIL_FILES_H_
+#define FEDLEARN_TESTS_UTIL_FILES_H_
 
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -41,6 +43,19 @@ class ScopedTempDir {
   std::filesystem::path path_;
 };
 
+// The whole content of a file ("" if it cannot be read).
+inline std::string ReadBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// Replaces a file's content with `bytes`.
+inline void WriteBytes(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  ASSERT_TRUE(out.good()) << path;
+}
+
 }  // namespace fedlearn::testing
 
-#endif  // FEDLEARN_TESTS_UTIL_SCOPED_TEMP_DIR_H_
+#endif  // FEDLEARN_TESTS_UTIL_FILES_H_
