@@ -37,7 +37,7 @@ PY
 
 peak_rss() {  # clients -> peak RSS of the coordinator in MB
   local clients=$1 log="$tmp/coordinator-$1.log"
-  "$build/server/fedlearn-coordinator" --port=0 --bind=127.0.0.1 --model=mnist_cnn \
+  "$build/server/fedlearn-coordinator" --port=0 --bind=127.0.0.1 --http_port=0 --model=mnist_cnn \
     --min_clients="$clients" --clients_per_round="$clients" --tolerance=0 --max_rounds=1 \
     --round_timeout=5m --eval_timeout=5m --done_grace=30s 2>"$log" &
   coordinator_pid=$!

@@ -5,12 +5,13 @@
 # a summary; the last line is "final test accuracy: <percent>%".
 #
 # Options: --clients N (10), --partition iid|shards|dirichlet:A (iid),
-#          --dataset mnist|fashion-mnist (mnist), --max_rounds R (30), --port P (free port)
+#          --dataset mnist|fashion-mnist (mnist), --max_rounds R (30), --port P (free port),
+#          --http_port P (dashboard; a free port)
 # Exits non-zero if anything failed; leaves no process behind (also on Ctrl-C).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-clients=10 partition=iid dataset=mnist max_rounds=30 port=0
+clients=10 partition=iid dataset=mnist max_rounds=30 port=0 http_port=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --clients) clients=$2; shift 2 ;;
@@ -18,7 +19,8 @@ while [ $# -gt 0 ]; do
     --dataset) dataset=$2; shift 2 ;;
     --max_rounds) max_rounds=$2; shift 2 ;;
     --port) port=$2; shift 2 ;;
-    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
+    --http_port) http_port=$2; shift 2 ;;
+    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
     *) echo "demo.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -48,17 +50,20 @@ trap 'exit 130' INT TERM
 start=$(date +%s.%N)
 "$build/server/fedlearn-coordinator" --port="$port" --bind=127.0.0.1 \
   --min_clients="$clients" --clients_per_round="$clients" --max_rounds="$max_rounds" \
-  --tolerance=0 \
+  --tolerance=0 --http_port="$http_port" \
   --round_timeout=10m --eval_timeout=10m 2>"$logs/coordinator.log" &
 pids+=($!)
 coordinator=$!
+dashboard=
 for _ in $(seq 1 100); do
   port=$(sed -n 's/.*listening on .* (port \([0-9]*\)).*/\1/p' "$logs/coordinator.log")
-  [ -n "$port" ] && break
+  dashboard=$(sed -n 's/.*dashboard on \(http[^ ]*\).*/\1/p' "$logs/coordinator.log")
+  [ -n "$port" ] && { [ -n "$dashboard" ] || [ "$http_port" -lt 0 ]; } && break
   sleep 0.1
 done
 [ -n "$port" ] || { echo "demo.sh: the coordinator did not start:" >&2; cat "$logs/coordinator.log" >&2; exit 1; }
 echo "coordinator on 127.0.0.1:$port; $clients agents, $partition partitions of $data"
+[ -n "$dashboard" ] && echo "dashboard: $dashboard (live while the run lasts)"
 
 "$build/client/fedlearn-client" --coordinator="127.0.0.1:$port" --data_dir="$data" \
   --partition="$partition" --agents="$clients" 2>"$logs/client.log" &

@@ -10,6 +10,7 @@ packages=(
   # libraries
   libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   grpc-proto libabsl-dev libeigen3-dev libopenblas-dev zlib1g-dev libssl-dev
+  libcpp-httplib-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # tools the scripts and tests call (npm for scripts/fetch-data.sh comes with
@@ -19,6 +20,8 @@ packages=(
   # examples/python (the gRPC runtime; its modules come from protoc and
   # grpc_python_plugin above, in protobuf-compiler-grpc)
   python3-grpcio python3-protobuf
+  # the dashboard and metrics tests: a real browser and a real Prometheus server
+  chromium prometheus
 )
 
 missing=()

@@ -13,10 +13,15 @@
 #include "common/log.h"
 #include "common/signals.h"
 #include "server/coordinator_server.h"
+#include "server/http_server.h"
 #include "server/round_manager.h"
 
 ABSL_FLAG(int, port, 50051, "gRPC port (0 picks a free one)");
 ABSL_FLAG(std::string, bind, "0.0.0.0", "address the gRPC port listens on");
+ABSL_FLAG(int, http_port, 8080,
+          "dashboard, /api and /metrics port (0 picks a free one, -1: off)");
+ABSL_FLAG(std::string, http_bind, "127.0.0.1",
+          "address the HTTP port listens on (0.0.0.0 opens it to the network)");
 ABSL_FLAG(std::string, model, "mnist_cnn",
           "model: mnist_cnn, fedavg_cnn or mlp_2nn");
 ABSL_FLAG(uint64_t, seed, 1,
@@ -115,6 +120,19 @@ int Run() {
   Logf("listening on %s (port %d)", absl::GetFlag(FLAGS_bind),
        (*server)->port());
   RoundManager& rounds = (*server)->rounds();
+  std::unique_ptr<HttpServer> http;
+  if (const int http_port = absl::GetFlag(FLAGS_http_port); http_port >= 0) {
+    const std::string host = absl::GetFlag(FLAGS_http_bind);
+    auto started = HttpServer::Start(&rounds, host, http_port);
+    if (!started.ok()) {
+      std::fprintf(stderr, "fedlearn-coordinator: %s\n",
+                   started.status().ToString().c_str());
+      return 2;
+    }
+    http = *std::move(started);
+    Logf("dashboard on http://%s:%d/ (metrics on /metrics)",
+         host == "0.0.0.0" ? "127.0.0.1" : host, http->port());
+  }
   const bool exit_on_done = absl::GetFlag(FLAGS_exit_on_done);
   int exit_code = 0;
   for (;;) {
@@ -134,6 +152,7 @@ int Run() {
     }
   }
   (*server)->Shutdown(absl::Seconds(2));
+  if (http != nullptr) http->Stop();
   rusage usage{};
   getrusage(RUSAGE_SELF, &usage);
   Logf("stopped; peak RSS %.1f MB", usage.ru_maxrss / 1024.0);

@@ -22,6 +22,8 @@ struct RoundManager::Client {
   int64_t batches_done = 0;
   int64_t batches_total = 0;
   bool told_done = false;
+  double last_update_norm = 0;  // L2 norm of its latest accepted delta
+  int64_t last_update_round = 0;
 };
 
 // One training round attempt or one evaluation attempt.
@@ -40,6 +42,7 @@ struct RoundManager::Attempt {
   WeightedMean loss, accuracy, validation_loss, validation_accuracy;
   int64_t num_examples = 0;
   int64_t bytes_received = 0;
+  int64_t bytes_sent = 0;
   std::vector<std::shared_ptr<CancelHandle>> in_flight;
 };
 
@@ -69,6 +72,35 @@ bool SecretEquals(absl::string_view a, absl::string_view b) {
 }
 
 bool Finite(double v) { return std::isfinite(v); }
+
+void Count(Rejection reason, v1::RejectionCounts* r) {
+  switch (reason) {
+    case Rejection::kStaleRound:
+      r->set_stale_round(r->stale_round() + 1);
+      break;
+    case Rejection::kDuplicate:
+      r->set_duplicate(r->duplicate() + 1);
+      break;
+    case Rejection::kNotSelected:
+      r->set_not_selected(r->not_selected() + 1);
+      break;
+    case Rejection::kInvalid:
+      r->set_invalid(r->invalid() + 1);
+      break;
+    case Rejection::kTooLarge:
+      r->set_too_large(r->too_large() + 1);
+      break;
+    case Rejection::kIncomplete:
+      r->set_incomplete(r->incomplete() + 1);
+      break;
+  }
+}
+
+double L2Norm(absl::Span<const float> v) {
+  double sum = 0;
+  for (float x : v) sum += double{x} * x;
+  return std::sqrt(sum);
+}
 
 }  // namespace
 
@@ -288,7 +320,10 @@ void RoundManager::CancelPoll(uint64_t poll_id) {
 void RoundManager::NoteSentLocked(const Task& task, Client* client) {
   if (task.type == v1::TASK_TYPE_DONE) client->told_done = true;
   if (task.weights != nullptr) {
-    bytes_sent_ += static_cast<int64_t>(task.weights->size() * sizeof(float));
+    const auto bytes =
+        static_cast<int64_t>(task.weights->size() * sizeof(float));
+    bytes_sent_ += bytes;
+    if (attempt_ != nullptr) attempt_->bytes_sent += bytes;
   }
 }
 
@@ -395,28 +430,8 @@ void RoundManager::CloseIfAnsweredLocked(Callbacks* callbacks) {
 }
 
 void RoundManager::CountRejectionLocked(Rejection reason) {
-  if (attempt_ == nullptr) return;
-  v1::RejectionCounts& r = attempt_->rejected;
-  switch (reason) {
-    case Rejection::kStaleRound:
-      r.set_stale_round(r.stale_round() + 1);
-      break;
-    case Rejection::kDuplicate:
-      r.set_duplicate(r.duplicate() + 1);
-      break;
-    case Rejection::kNotSelected:
-      r.set_not_selected(r.not_selected() + 1);
-      break;
-    case Rejection::kInvalid:
-      r.set_invalid(r.invalid() + 1);
-      break;
-    case Rejection::kTooLarge:
-      r.set_too_large(r.too_large() + 1);
-      break;
-    case Rejection::kIncomplete:
-      r.set_incomplete(r.incomplete() + 1);
-      break;
-  }
+  Count(reason, &counters_.updates_rejected);
+  if (attempt_ != nullptr) Count(reason, &attempt_->rejected);
 }
 
 void RoundManager::RecordRejection(Rejection reason) {
@@ -480,6 +495,7 @@ absl::StatusOr<v1::PushGradientResponse> RoundManager::CommitUpdate(
     int64_t bytes) {
   Callbacks callbacks;
   v1::PushGradientResponse response;
+  const double norm = L2Norm(delta);  // before the lock: the dashboard's
   {
     absl::MutexLock lock(&mu_);
     if (absl::Status s = CheckUpdateLocked(header); !s.ok()) return s;
@@ -491,7 +507,11 @@ absl::StatusOr<v1::PushGradientResponse> RoundManager::CommitUpdate(
     }
     Attempt& a = *attempt_;
     const double weight = static_cast<double>(header.num_examples());
+    const absl::Time fold_start = absl::Now();
     accumulator_.Fold(weight, delta);
+    counters_.aggregation_latency.Observe(
+        absl::ToDoubleSeconds(absl::Now() - fold_start));
+    ++counters_.updates_accepted;
     a.accepted.insert(header.client_id());
     a.loss.Add(header.train_loss(), weight);
     a.accuracy.Add(header.train_accuracy(), weight);
@@ -502,8 +522,11 @@ absl::StatusOr<v1::PushGradientResponse> RoundManager::CommitUpdate(
     }
     a.num_examples += header.num_examples();
     a.bytes_received += bytes;
+    bytes_received_ += bytes;
     Client& client = *clients_.at(header.client_id());
     ++client.rounds_contributed;
+    client.last_update_norm = norm;
+    client.last_update_round = a.round;
     client.last_seen = absl::Now();
     response.set_round(a.round);
     response.set_accepted_this_round(static_cast<int>(a.accepted.size()));
@@ -553,6 +576,7 @@ absl::Status RoundManager::ReportEval(const v1::ReportEvalRequest& request) {
     a.loss.Add(request.test_loss(), weight);
     a.accuracy.Add(request.test_accuracy(), weight);
     a.num_examples += request.num_examples();
+    ++counters_.evaluations_accepted;
     clients_.at(request.client_id())->last_seen = absl::Now();
     Logf(
         "round %d: evaluation from %s (%d/%d): loss %.4f accuracy %.4f on %d "
@@ -565,6 +589,45 @@ absl::Status RoundManager::ReportEval(const v1::ReportEvalRequest& request) {
   return absl::OkStatus();
 }
 
+v1::RoundRecord RoundManager::RecordLocked(const Attempt& a,
+                                           absl::string_view outcome,
+                                           absl::Time now) const {
+  v1::RoundRecord record;
+  record.set_round(a.round);
+  record.set_attempt(a.number);
+  record.set_evaluation(a.evaluation);
+  record.set_selected(static_cast<int>(a.selected.size()));
+  for (const std::string& id : a.selected) record.add_selected_clients(id);
+  record.set_responded(static_cast<int>(a.accepted.size()));
+  if (outcome == "open") {
+    // Not closed yet: dropped are the selected that are gone without answering.
+    int gone = 0;
+    for (const std::string& id : a.selected) {
+      if (!a.accepted.contains(id) && !IsAliveLocked(*clients_.at(id), now)) {
+        ++gone;
+      }
+    }
+    record.set_dropped(gone);
+  } else {
+    record.set_dropped(static_cast<int>(a.selected.size() - a.accepted.size()));
+  }
+  *record.mutable_rejected() = a.rejected;
+  record.set_outcome(std::string(outcome));
+  record.set_duration_seconds(absl::ToDoubleSeconds(now - a.start));
+  record.set_bytes_received(a.bytes_received);
+  record.set_bytes_sent(a.bytes_sent);
+  v1::RoundMetrics* metrics = record.mutable_metrics();
+  metrics->set_num_examples(a.num_examples);
+  metrics->set_train_loss(a.loss.value());
+  metrics->set_train_accuracy(a.accuracy.value());
+  if (!a.evaluation && a.validation_loss.weight() > 0) {
+    metrics->set_has_validation(true);
+    metrics->set_validation_loss(a.validation_loss.value());
+    metrics->set_validation_accuracy(a.validation_accuracy.value());
+  }
+  return record;
+}
+
 void RoundManager::CloseAttemptLocked(absl::string_view outcome, absl::Time now,
                                       Callbacks* callbacks) {
   const int quorum = QuorumLocked();
@@ -572,26 +635,13 @@ void RoundManager::CloseAttemptLocked(absl::string_view outcome, absl::Time now,
   for (auto& handle : a->in_flight)
     callbacks->push_back([handle] { handle->Cancel(); });
 
-  v1::RoundRecord record;
-  record.set_round(a->round);
-  record.set_attempt(a->number);
-  record.set_evaluation(a->evaluation);
-  record.set_selected(static_cast<int>(a->selected.size()));
-  for (const std::string& id : a->selected) record.add_selected_clients(id);
-  record.set_responded(static_cast<int>(a->accepted.size()));
-  record.set_dropped(static_cast<int>(a->selected.size() - a->accepted.size()));
-  *record.mutable_rejected() = a->rejected;
-  record.set_outcome(std::string(outcome));
-  record.set_duration_seconds(absl::ToDoubleSeconds(now - a->start));
-  record.set_bytes_received(a->bytes_received);
+  v1::RoundRecord record = RecordLocked(*a, outcome, now);
   v1::RoundMetrics* metrics = record.mutable_metrics();
-  metrics->set_num_examples(a->num_examples);
-  metrics->set_train_loss(a->loss.value());
-  metrics->set_train_accuracy(a->accuracy.value());
   const bool abandoned = outcome == "abandoned";
 
   if (a->evaluation) {
     if (abandoned) {
+      ++counters_.evaluations_abandoned;
       Logf(
           "round %d: evaluation attempt %d abandoned at its deadline with %d "
           "of %d reports",
@@ -609,30 +659,26 @@ void RoundManager::CloseAttemptLocked(absl::string_view outcome, absl::Time now,
           "%d examples",
           a->round, outcome, result.test_loss(), result.test_accuracy(),
           result.num_examples());
-      int64_t bytes_received = record.bytes_received();
-      for (const v1::RoundRecord& r : history_)
-        bytes_received += r.bytes_received();
       Logf(
           "run done: %d rounds (%s), final test accuracy %.2f%%, %.1f MB "
           "received, "
           "%.1f MB sent",
           a->round, stop_reason_, 100 * result.test_accuracy(),
-          bytes_received / 1e6, bytes_sent_ / 1e6);
+          bytes_received_ / 1e6, bytes_sent_ / 1e6);
     }
   } else if (abandoned) {
+    ++counters_.rounds_abandoned;
+    counters_.round_duration.Observe(record.duration_seconds());
     Logf(
         "round %d: attempt %d abandoned at its deadline with %d of %d updates "
         "(quorum %d)",
         a->round, a->number, a->accepted.size(), a->selected.size(), quorum);
   } else {
+    ++counters_.rounds_completed;
+    counters_.round_duration.Observe(record.duration_seconds());
     auto next = std::make_shared<std::vector<float>>(global_->size());
     accumulator_.ApplyMean(*global_, absl::MakeSpan(*next));
     global_ = std::move(next);
-    if (a->validation_loss.weight() > 0) {
-      metrics->set_has_validation(true);
-      metrics->set_validation_loss(a->validation_loss.value());
-      metrics->set_validation_accuracy(a->validation_accuracy.value());
-    }
     const double loss = a->loss.value();
     bool converged = false;
     if (previous_train_loss_.has_value() && *previous_train_loss_ > 0) {
@@ -691,7 +737,7 @@ absl::StatusOr<v1::HeartbeatResponse> RoundManager::Heartbeat(
   return response;
 }
 
-v1::GetStatusResponse RoundManager::GetStatus() const {
+v1::GetStatusResponse RoundManager::GetStatus(RunCounters* counters) const {
   v1::GetStatusResponse status;
   status.set_run_id(run_id_);
   *status.mutable_model() = spec_proto_;
@@ -701,9 +747,15 @@ v1::GetStatusResponse RoundManager::GetStatus() const {
   status.set_round(round_);
   status.set_stop_reason(stop_reason_);
   for (const v1::RoundRecord& record : history_) *status.add_history() = record;
+  if (attempt_ != nullptr) {
+    *status.mutable_current_round() = RecordLocked(*attempt_, "open", now);
+  }
   if (final_evaluation_.has_value()) {
     *status.mutable_final_evaluation() = *final_evaluation_;
   }
+  status.set_bytes_received(bytes_received_);
+  status.set_bytes_sent(bytes_sent_);
+  if (counters != nullptr) *counters = counters_;
   for (const std::string& id : join_order_) {
     const Client& c = *clients_.at(id);
     v1::ClientInfo* info = status.add_clients();
@@ -722,12 +774,15 @@ v1::GetStatusResponse RoundManager::GetStatus() const {
     info->set_batches_done(c.batches_done);
     info->set_batches_total(c.batches_total);
     info->set_polling(c.active_polls > 0);
+    info->set_last_update_norm(c.last_update_norm);
+    info->set_last_update_round(c.last_update_round);
   }
   return status;
 }
 
-Weights RoundManager::global_weights() const {
+Weights RoundManager::global_weights(int64_t* rounds) const {
   absl::MutexLock lock(&mu_);
+  if (rounds != nullptr) *rounds = counters_.rounds_completed;
   return global_;
 }
 

@@ -22,6 +22,7 @@
 #include "common/model_spec.h"
 #include "fedlearn/v1/coordinator.pb.h"
 #include "server/fedavg.h"
+#include "server/metrics.h"
 #include "server/options.h"
 
 namespace fedlearn {
@@ -144,10 +145,13 @@ class RoundManager {
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(
       const v1::HeartbeatRequest& request);
 
-  v1::GetStatusResponse GetStatus() const;
+  // The run as GetStatus reports it. With `counters`, also the run's counters
+  // of the same moment (one lock), for /metrics.
+  v1::GetStatusResponse GetStatus(RunCounters* counters = nullptr) const;
 
-  // The current global weights.
-  Weights global_weights() const;
+  // The current global weights; with `rounds`, also the number of rounds
+  // folded into them.
+  Weights global_weights(int64_t* rounds = nullptr) const;
 
   v1::Phase phase() const;
 
@@ -211,6 +215,11 @@ class RoundManager {
   // answered.
   void CloseIfAnsweredLocked(Callbacks* callbacks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The attempt's record so far; `outcome` as CloseAttemptLocked names it, or
+  // "open".
+  v1::RoundRecord RecordLocked(const Attempt& a, absl::string_view outcome,
+                               absl::Time now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Checks a push header against the state; on rejection counts it.
   absl::Status CheckUpdateLocked(const v1::UpdateHeader& header)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -243,8 +252,9 @@ class RoundManager {
   std::string stop_reason_ ABSL_GUARDED_BY(mu_);
   std::optional<v1::EvaluationResult> final_evaluation_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::RoundRecord> history_ ABSL_GUARDED_BY(mu_);
-  int64_t bytes_sent_ ABSL_GUARDED_BY(mu_) =
-      0;  // weights handed to task streams
+  int64_t bytes_sent_ ABSL_GUARDED_BY(mu_) = 0;      // weights handed to tasks
+  int64_t bytes_received_ ABSL_GUARDED_BY(mu_) = 0;  // accepted updates
+  RunCounters counters_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::unique_ptr<Client>> clients_
       ABSL_GUARDED_BY(mu_);
   std::vector<std::string> join_order_ ABSL_GUARDED_BY(mu_);

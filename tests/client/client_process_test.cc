@@ -70,7 +70,7 @@ class ClientProcessTest : public ::testing::Test {
   static std::vector<std::string> Coordinator(std::vector<std::string> flags,
                                               int port = 0) {
     flags.insert(flags.begin(),
-                 {FEDLEARN_COORDINATOR_BINARY, "--bind=127.0.0.1",
+                 {FEDLEARN_COORDINATOR_BINARY, "--bind=127.0.0.1", "--http_port=-1",
                   absl::StrCat("--port=", port), "--model=mlp_2nn"});
     return flags;
   }

@@ -64,7 +64,7 @@ esac
 
 # --- The coordinator --------------------------------------------------------------------
 log="$work/coordinator.log"
-"$coordinator" --port=0 --bind=127.0.0.1 --model=mlp_2nn --min_clients=1 \
+"$coordinator" --port=0 --bind=127.0.0.1 --http_port=-1 --model=mlp_2nn --min_clients=1 \
   --clients_per_round=1 2>"$log" >&2 &
 cpid=$!
 cleanup() {

@@ -29,7 +29,8 @@ int StartCoordinator(ChildProcess& process) {
 
 std::vector<std::string> Command(std::vector<std::string> flags) {
   flags.insert(flags.begin(),
-               {FEDLEARN_COORDINATOR_BINARY, "--port=0", "--bind=127.0.0.1"});
+               {FEDLEARN_COORDINATOR_BINARY, "--port=0", "--bind=127.0.0.1",
+                "--http_port=0"});
   return flags;
 }
 

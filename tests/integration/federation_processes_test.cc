@@ -78,7 +78,7 @@ TEST(FederationProcessesTest, AgentKilledMidRoundAndTheRunStillFinishes) {
                   .ok());
 
   ChildProcess coordinator(
-      {FEDLEARN_COORDINATOR_BINARY, "--port=0", "--bind=127.0.0.1",
+      {FEDLEARN_COORDINATOR_BINARY, "--port=0", "--bind=127.0.0.1", "--http_port=0",
        "--model=mnist_cnn", "--min_clients=5", "--clients_per_round=5",
        "--max_rounds=3", "--convergence_threshold=0",
        "--rounds_between_validations=1", "--round_timeout=90s",

@@ -25,36 +25,16 @@
 #include "gtest/gtest.h"
 #include "server/coordinator_server.h"
 #include "server/round_manager.h"
+#include "tests/server/scripted_clients.h"
 
 namespace fedlearn {
 namespace {
 
 using ::testing::HasSubstr;
 
-constexpr absl::Duration kWait = absl::Seconds(20);  // upper bound, never slept
-
-CoordinatorOptions SmallRun() {
-  CoordinatorOptions o;
-  o.model = "mlp_2nn";  // 199,210 parameters: quick to move around
-  o.seed = 7;
-  o.min_clients = 3;
-  o.clients_per_round = 3;
-  o.max_rounds = 3;
-  o.round_timeout = absl::Seconds(30);
-  o.eval_timeout = absl::Seconds(30);
-  o.convergence_threshold = 0.0;  // only a rising loss converges
-  o.rounds_between_validations = 2;
-  return o;
-}
-
-v1::UpdateHeader Header(int64_t round, int64_t examples, double loss) {
-  v1::UpdateHeader h;
-  h.set_round(round);
-  h.set_num_examples(examples);
-  h.set_train_loss(loss);
-  h.set_train_accuracy(0.5);
-  return h;
-}
+using testing::Header;
+using testing::kWait;
+using testing::SmallRun;
 
 class CoordinatorServiceTest : public ::testing::Test {
  protected:
@@ -84,17 +64,8 @@ class CoordinatorServiceTest : public ::testing::Test {
     return clients;
   }
 
-  // Polls until the client gets a task other than WAIT.
   CoordinatorClient::ReceivedTask NextTask(CoordinatorClient& client) {
-    const absl::Time deadline = absl::Now() + kWait;
-    while (absl::Now() < deadline) {
-      auto task = client.RequestUpdate(absl::Seconds(5));
-      EXPECT_TRUE(task.ok()) << task.status();
-      if (!task.ok()) break;
-      if (task->task.type() != v1::TASK_TYPE_WAIT) return *std::move(task);
-    }
-    ADD_FAILURE() << client.client_id() << " got no task";
-    return {};
+    return testing::NextTask(client);
   }
 
   std::vector<float> Global() { return *server_->rounds().global_weights(); }

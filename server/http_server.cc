@@ -1,0 +1,160 @@
+#include "server/http_server.h"
+
+#include <google/protobuf/util/json_util.h>
+#include <httplib.h>
+#include <sys/socket.h>
+
+#include <chrono>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/log.h"
+#include "server/metrics.h"
+#include "server/model_stats.h"
+#include "server/round_manager.h"
+#include "server/web_assets.h"
+
+namespace fedlearn {
+namespace {
+
+constexpr int kHistogramBins = 32;
+constexpr int kHandlerThreads = 4;
+constexpr char kJson[] = "application/json";
+
+}  // namespace
+
+struct HttpServer::Impl {
+  const RoundManager* rounds = nullptr;
+  httplib::Server server;
+  std::thread thread;
+  int port = 0;
+
+  // /api/parameters of the last weights asked for: the model changes once a
+  // round, the dashboard asks every few seconds.
+  absl::Mutex cache_mu;
+  Weights cached_weights ABSL_GUARDED_BY(cache_mu);
+  std::string cached_parameters ABSL_GUARDED_BY(cache_mu);
+
+  void Routes();
+  std::string Parameters();
+};
+
+std::string HttpServer::Impl::Parameters() {
+  int64_t round = 0;
+  Weights weights = rounds->global_weights(&round);
+  {
+    absl::MutexLock lock(&cache_mu);
+    if (weights == cached_weights) return cached_parameters;
+  }
+  // Computed without any lock held; two racing requests both compute it.
+  std::string json = TensorStatsJson(
+      round, ComputeTensorStats(rounds->spec(), *weights, kHistogramBins));
+  absl::MutexLock lock(&cache_mu);
+  cached_weights = std::move(weights);
+  cached_parameters = json;
+  return json;
+}
+
+void HttpServer::Impl::Routes() {
+  for (const WebAsset& asset : WebAssets()) {
+    const std::string path = asset.path;
+    auto handler = [&asset](const httplib::Request&, httplib::Response& res) {
+      res.set_header("Cache-Control", "no-cache");
+      res.set_content(reinterpret_cast<const char*>(asset.data), asset.size,
+                      asset.content_type);
+    };
+    server.Get(path, handler);
+    if (path == "/index.html") server.Get("/", handler);
+  }
+  server.Get("/api/status",
+             [this](const httplib::Request&, httplib::Response& res) {
+               google::protobuf::util::JsonPrintOptions options;
+               options.always_print_primitive_fields = true;
+               options.preserve_proto_field_names = true;
+               std::string json;
+               const auto status = google::protobuf::util::MessageToJsonString(
+                   rounds->GetStatus(), &json, options);
+               if (!status.ok()) {
+                 res.status = 500;
+                 res.set_content(status.ToString(), "text/plain");
+                 return;
+               }
+               res.set_header("Cache-Control", "no-store");
+               res.set_content(json, kJson);
+             });
+  server.Get("/api/parameters",
+             [this](const httplib::Request&, httplib::Response& res) {
+               res.set_header("Cache-Control", "no-store");
+               res.set_content(Parameters(), kJson);
+             });
+  server.Get("/api/history.csv",
+             [this](const httplib::Request&, httplib::Response& res) {
+               const v1::GetStatusResponse status = rounds->GetStatus();
+               res.set_header("Cache-Control", "no-store");
+               res.set_header("Content-Disposition",
+                              absl::StrCat("inline; filename=\"fedlearn-",
+                                           status.run_id(), "-history.csv\""));
+               res.set_content(RenderHistoryCsv(status),
+                               "text/csv; charset=utf-8; header=present");
+             });
+  server.Get(
+      "/metrics", [this](const httplib::Request&, httplib::Response& res) {
+        RunCounters counters;
+        const v1::GetStatusResponse status = rounds->GetStatus(&counters);
+        res.set_content(RenderPrometheus(status, counters),
+                        "text/plain; version=0.0.4; charset=utf-8");
+      });
+  server.set_error_handler(
+      [](const httplib::Request& req, httplib::Response& res) {
+        if (res.status == 404) {
+          res.set_content(absl::StrCat("not found: ", req.path, "\n"),
+                          "text/plain");
+        }
+      });
+}
+
+absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
+    const RoundManager* rounds, const std::string& host, int port) {
+  auto impl = std::make_unique<Impl>();
+  impl->rounds = rounds;
+  impl->server.new_task_queue = [] {
+    return new httplib::ThreadPool(kHandlerThreads);
+  };
+  // httplib's default also sets SO_REUSEPORT, which would let a second
+  // coordinator share the port silently: SO_REUSEADDR only.
+  impl->server.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
+  impl->Routes();
+  impl->port = port == 0 ? impl->server.bind_to_any_port(host)
+                         : (impl->server.bind_to_port(host, port) ? port : -1);
+  if (impl->port <= 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "HTTP: cannot listen on ", host, ":", port,
+        " (in use? --http_port=0 picks a free port, -1 turns HTTP off)"));
+  }
+  Impl* raw = impl.get();
+  impl->thread = std::thread([raw] { raw->server.listen_after_bind(); });
+  // httplib's stop() does nothing before the loop runs: wait for it.
+  while (!impl->server.is_running()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));
+}
+
+HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+HttpServer::~HttpServer() { Stop(); }
+
+int HttpServer::port() const { return impl_->port; }
+
+void HttpServer::Stop() {
+  if (!impl_->thread.joinable()) return;
+  impl_->server.stop();
+  impl_->thread.join();
+}
+
+}  // namespace fedlearn

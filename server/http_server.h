@@ -1,0 +1,43 @@
+#ifndef FEDLEARN_SERVER_HTTP_SERVER_H_
+#define FEDLEARN_SERVER_HTTP_SERVER_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace fedlearn {
+
+class RoundManager;
+
+// The coordinator's HTTP side (cpp-httplib, on threads of its own):
+//   /                  the dashboard (assets built into the binary)
+//   /api/status        GetStatus as JSON (proto field names, zeros included)
+//   /api/parameters    per-tensor statistics of the global model
+//   /api/history.csv   the rounds' history for spreadsheets
+//   /metrics           Prometheus text exposition
+// Handlers only take snapshots from the round manager (one short lock each);
+// everything is rendered outside its lock.
+class HttpServer {
+ public:
+  // Serves `rounds` (which must outlive the server) on `host`:`port`; port 0
+  // picks a free one. UNAVAILABLE when the address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<HttpServer>> Start(
+      const RoundManager* rounds, const std::string& host, int port);
+
+  ~HttpServer();  // Stops.
+
+  int port() const;
+
+  // Stops accepting and waits for the handlers running. Idempotent.
+  void Stop();
+
+ private:
+  struct Impl;
+  explicit HttpServer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace fedlearn
+
+#endif  // FEDLEARN_SERVER_HTTP_SERVER_H_

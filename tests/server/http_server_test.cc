@@ -1,0 +1,363 @@
+// The coordinator's HTTP side over a real loopback socket, next to a real gRPC
+// run driven by scripted clients: the dashboard's files, /api/status,
+// /api/parameters, /api/history.csv and /metrics, and that what they report is
+// one consistent snapshot while rounds run.
+
+#include "server/http_server.h"
+
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
+#include <google/protobuf/util/message_differencer.h>
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+#include <httplib.h>
+
+#include <atomic>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "client/coordinator_client.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/coordinator_server.h"
+#include "server/round_manager.h"
+#include "tests/server/scripted_clients.h"
+
+namespace fedlearn {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::Header;
+using testing::kWait;
+using testing::NextTask;
+using testing::SmallRun;
+
+// Sample values of a Prometheus exposition by series ("name{labels}").
+std::map<std::string, double> Samples(const std::string& text) {
+  std::map<std::string, double> samples;
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    if (line[0] == '#') continue;
+    const size_t space = line.rfind(' ');
+    double value = 0;
+    EXPECT_TRUE(absl::SimpleAtod(line.substr(space + 1), &value)) << line;
+    samples[std::string(line.substr(0, space))] = value;
+  }
+  return samples;
+}
+
+class HttpServerTest : public ::testing::Test {
+ protected:
+  void Start(const CoordinatorOptions& options) {
+    auto server = CoordinatorServer::Start(options, "127.0.0.1:0");
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    auto http = HttpServer::Start(&server_->rounds(), "127.0.0.1", 0);
+    ASSERT_TRUE(http.ok()) << http.status();
+    http_ = *std::move(http);
+    channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
+                                   grpc::InsecureChannelCredentials());
+    for (int i = 0; i < 3; ++i) {
+      clients_.push_back(std::make_unique<CoordinatorClient>(channel_));
+      v1::JoinRequest join;
+      join.set_display_name(absl::StrCat("scripted-", i));
+      ASSERT_TRUE(clients_.back()->Join(join).ok());
+    }
+  }
+
+  // GET `path`; fails the test on a transport error.
+  httplib::Result Get(const std::string& path) {
+    httplib::Client http("127.0.0.1", http_->port());
+    http.set_read_timeout(10);
+    httplib::Result result = http.Get(path);
+    EXPECT_TRUE(result) << path << ": " << httplib::to_string(result.error());
+    return result;
+  }
+
+  // Every client trains `round` and pushes a delta of `value` everywhere.
+  void TrainRound(int64_t round, float value) {
+    for (auto& c : clients_) {
+      auto task = NextTask(*c);
+      ASSERT_EQ(task.task.type(), v1::TASK_TYPE_TRAIN);
+      ASSERT_EQ(task.task.round(), round);
+      std::vector<float> delta(server_->rounds().spec().num_parameters, value);
+      ASSERT_TRUE(c->PushUpdate(Header(round, 100, 2.0 / round), delta).ok());
+    }
+  }
+
+  void Evaluate() {
+    for (auto& c : clients_) {
+      auto task = NextTask(*c);
+      ASSERT_EQ(task.task.type(), v1::TASK_TYPE_EVALUATE);
+      v1::ReportEvalRequest report;
+      report.set_round(task.task.round());
+      report.set_test_loss(0.25);
+      report.set_test_accuracy(0.875);
+      report.set_num_examples(40);
+      ASSERT_TRUE(c->ReportEval(report).ok());
+    }
+    ASSERT_TRUE(server_->rounds().AwaitPhase(v1::PHASE_DONE, kWait));
+  }
+
+  std::unique_ptr<CoordinatorServer> server_;
+  std::unique_ptr<HttpServer> http_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::vector<std::unique_ptr<CoordinatorClient>> clients_;
+};
+
+TEST_F(HttpServerTest, ServesTheDashboardFromTheBinary) {
+  Start(SmallRun());
+  auto index = Get("/");
+  ASSERT_TRUE(index);
+  EXPECT_EQ(index->status, 200);
+  EXPECT_THAT(index->get_header_value("Content-Type"), HasSubstr("text/html"));
+  EXPECT_THAT(index->body, HasSubstr("dashboard.js"));
+  // Every asset the page names is served, and nothing comes from elsewhere.
+  EXPECT_THAT(index->body, ::testing::Not(HasSubstr("//cdn")));
+  auto script = Get("/dashboard.js");
+  ASSERT_TRUE(script);
+  EXPECT_EQ(script->status, 200);
+  EXPECT_THAT(script->get_header_value("Content-Type"),
+              HasSubstr("text/javascript"));
+  EXPECT_THAT(script->body, HasSubstr("/api/status"));
+  auto style = Get("/dashboard.css");
+  ASSERT_TRUE(style);
+  EXPECT_EQ(style->status, 200);
+
+  auto missing = Get("/no/such/page");
+  ASSERT_TRUE(missing);
+  EXPECT_EQ(missing->status, 404);
+  EXPECT_THAT(missing->body, HasSubstr("/no/such/page"));
+}
+
+TEST_F(HttpServerTest, ApiStatusIsGetStatusAsJson) {
+  Start(SmallRun());
+  TrainRound(1, 0.01f);
+  TrainRound(2, 0.02f);
+  TrainRound(3, 0.03f);
+  Evaluate();
+
+  auto response = Get("/api/status");
+  ASSERT_TRUE(response);
+  EXPECT_EQ(response->status, 200);
+  EXPECT_EQ(response->get_header_value("Content-Type"), "application/json");
+  v1::GetStatusResponse parsed;
+  ASSERT_TRUE(
+      google::protobuf::util::JsonStringToMessage(response->body, &parsed).ok())
+      << response->body;
+  v1::GetStatusResponse expected = server_->rounds().GetStatus();
+  // Everything but the clock-dependent "last seen" matches field for field.
+  for (auto* status : {&parsed, &expected}) {
+    for (v1::ClientInfo& c : *status->mutable_clients())
+      c.clear_last_seen_ms_ago();
+  }
+  EXPECT_TRUE(
+      google::protobuf::util::MessageDifferencer::Equals(parsed, expected))
+      << parsed.DebugString() << "\nvs\n"
+      << expected.DebugString();
+  EXPECT_EQ(parsed.phase(), v1::PHASE_DONE);
+  EXPECT_EQ(parsed.history_size(), 4);
+  EXPECT_DOUBLE_EQ(parsed.final_evaluation().test_accuracy(), 0.875);
+  // Proto field names, and zero values printed rather than left out.
+  EXPECT_THAT(response->body, HasSubstr("\"stop_reason\":\"max_rounds\""));
+  EXPECT_THAT(response->body, HasSubstr("\"dropped\":0"));
+  // Each client's latest update: 0.03 in each of 199,210 parameters.
+  const double norm = 0.03 * std::sqrt(199210.0);
+  for (const v1::ClientInfo& c : parsed.clients()) {
+    EXPECT_NEAR(c.last_update_norm(), norm, 1e-6 * norm);
+    EXPECT_EQ(c.last_update_round(), 3);
+  }
+  const int64_t model_bytes = 4 * 199210;
+  EXPECT_EQ(parsed.bytes_received(), 3 * 3 * model_bytes);
+  // Three rounds and one evaluation, each sent to three clients.
+  EXPECT_EQ(parsed.bytes_sent(), 4 * 3 * model_bytes);
+  EXPECT_EQ(parsed.history(0).bytes_sent(), 3 * model_bytes);
+}
+
+TEST_F(HttpServerTest, OpenRoundIsReportedWhileItRuns) {
+  Start(SmallRun());
+  auto task = NextTask(*clients_[0]);
+  ASSERT_EQ(task.task.type(), v1::TASK_TYPE_TRAIN);
+  std::vector<float> delta(server_->rounds().spec().num_parameters, 0.5f);
+  ASSERT_TRUE(clients_[0]->PushUpdate(Header(1, 100, 1.0), delta).ok());
+  // A second push of the same client is turned away.
+  EXPECT_EQ(clients_[0]->PushUpdate(Header(1, 100, 1.0), delta).status().code(),
+            absl::StatusCode::kAlreadyExists);
+
+  auto response = Get("/api/status");
+  ASSERT_TRUE(response);
+  v1::GetStatusResponse status;
+  ASSERT_TRUE(
+      google::protobuf::util::JsonStringToMessage(response->body, &status)
+          .ok());
+  EXPECT_EQ(status.phase(), v1::PHASE_TRAINING);
+  ASSERT_TRUE(status.has_current_round());
+  EXPECT_EQ(status.current_round().outcome(), "open");
+  EXPECT_EQ(status.current_round().round(), 1);
+  EXPECT_EQ(status.current_round().selected(), 3);
+  EXPECT_EQ(status.current_round().responded(), 1);
+  EXPECT_EQ(status.current_round().rejected().duplicate(), 1);
+  EXPECT_EQ(status.history_size(), 0);
+
+  auto metrics = Get("/metrics");
+  ASSERT_TRUE(metrics);
+  const auto samples = Samples(metrics->body);
+  EXPECT_EQ(samples.at("fedlearn_round_selected_clients"), 3);
+  EXPECT_EQ(samples.at("fedlearn_round_responded_clients"), 1);
+  EXPECT_EQ(samples.at("fedlearn_updates_accepted_total"), 1);
+  EXPECT_EQ(
+      samples.at(R"(fedlearn_updates_rejected_total{reason="duplicate"})"), 1);
+  EXPECT_EQ(samples.at(R"(fedlearn_phase{phase="training"})"), 1);
+  EXPECT_EQ(samples.at(R"(fedlearn_clients{state="training"})"), 2);
+  EXPECT_EQ(samples.at(R"(fedlearn_clients{state="ready"})"), 1);
+}
+
+TEST_F(HttpServerTest, MetricsCountTheRun) {
+  Start(SmallRun());
+  TrainRound(1, 0.01f);
+  TrainRound(2, 0.01f);
+  auto metrics = Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_EQ(metrics->status, 200);
+  EXPECT_THAT(metrics->get_header_value("Content-Type"),
+              HasSubstr("text/plain; version=0.0.4"));
+  const auto samples = Samples(metrics->body);
+  EXPECT_EQ(samples.at("fedlearn_rounds_completed_total"), 2);
+  EXPECT_EQ(samples.at("fedlearn_round"), 3);
+  EXPECT_EQ(samples.at("fedlearn_updates_accepted_total"), 6);
+  EXPECT_EQ(samples.at("fedlearn_round_duration_seconds_count"), 2);
+  EXPECT_EQ(samples.at("fedlearn_aggregation_duration_seconds_count"), 6);
+  EXPECT_GT(samples.at("fedlearn_aggregation_duration_seconds_sum"), 0);
+  EXPECT_EQ(samples.at("fedlearn_received_bytes_total"), 6 * 4 * 199210);
+  EXPECT_EQ(samples.at("fedlearn_train_loss"), 1.0);  // round 2: 2.0 / 2
+  EXPECT_EQ(samples.at("fedlearn_clients_joined_total"), 3);
+}
+
+TEST_F(HttpServerTest, HistoryCsvHasARowPerRound) {
+  Start(SmallRun());
+  TrainRound(1, 0.01f);
+  TrainRound(2, 0.01f);
+  auto csv = Get("/api/history.csv");
+  ASSERT_TRUE(csv);
+  EXPECT_EQ(csv->status, 200);
+  EXPECT_THAT(csv->get_header_value("Content-Type"), HasSubstr("text/csv"));
+  const std::vector<std::string> rows =
+      absl::StrSplit(csv->body, "\r\n", absl::SkipEmpty());
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_THAT(rows[1], ::testing::StartsWith("1,1,training,all,3,3,0,0,2,"));
+  EXPECT_THAT(rows[2], ::testing::StartsWith("2,1,training,all,3,3,0,0,1,"));
+}
+
+TEST_F(HttpServerTest, ParametersDescribeTheGlobalModel) {
+  Start(SmallRun());
+  TrainRound(1, 0.25f);
+  auto response = Get("/api/parameters");
+  ASSERT_TRUE(response);
+  google::protobuf::Struct parsed;
+  ASSERT_TRUE(
+      google::protobuf::util::JsonStringToMessage(response->body, &parsed).ok())
+      << response->body;
+  EXPECT_EQ(parsed.fields().at("round").number_value(), 1);
+  const ModelSpec& spec = server_->rounds().spec();
+  const std::vector<float> weights = *server_->rounds().global_weights();
+  const auto& tensors = parsed.fields().at("tensors").list_value();
+  ASSERT_EQ(tensors.values_size(), static_cast<int>(spec.tensors.size()));
+  for (int i = 0; i < tensors.values_size(); ++i) {
+    const TensorSpec& t = spec.tensors[i];
+    const auto& fields = tensors.values(i).struct_value().fields();
+    EXPECT_EQ(fields.at("name").string_value(), t.name);
+    EXPECT_EQ(fields.at("count").number_value(), t.num_elements);
+    double squares = 0;
+    for (int64_t j = 0; j < t.num_elements; ++j) {
+      squares += double{weights[t.offset + j]} * weights[t.offset + j];
+    }
+    EXPECT_NEAR(fields.at("l2").number_value(), std::sqrt(squares),
+                1e-6 * std::sqrt(squares));
+  }
+  // Biases start at zero: after one round of +0.25 they are exactly 0.25.
+  const auto& bias = tensors.values(1).struct_value().fields();
+  EXPECT_EQ(bias.at("mean").number_value(), 0.25);
+  EXPECT_EQ(bias.at("std").number_value(), 0);
+}
+
+// Readers hammer /metrics and /api/status while rounds close: every response
+// must be one moment of the run, so the invariants that hold between its
+// numbers hold in every response.
+TEST_F(HttpServerTest, SnapshotsAreNeverTorn) {
+  CoordinatorOptions options = SmallRun();
+  options.max_rounds = 8;
+  Start(options);
+  std::atomic<bool> stop{false};
+  std::atomic<int> checked{0};
+  auto reader = [&](const std::string& path) {
+    httplib::Client http("127.0.0.1", http_->port());
+    while (!stop.load()) {
+      httplib::Result r = http.Get(path);
+      if (!r || r->status != 200) {
+        ADD_FAILURE() << path << " failed";
+        return;
+      }
+      if (path == "/metrics") {
+        const auto s = Samples(r->body);
+        const double completed = s.at("fedlearn_rounds_completed_total");
+        const double accepted = s.at("fedlearn_updates_accepted_total");
+        // Three updates per closed round plus those of the open one (when
+        // it is a training round).
+        const double open_updates =
+            s.at(R"(fedlearn_phase{phase="training"})") == 1
+                ? s.at("fedlearn_round_responded_clients")
+                : 0;
+        ASSERT_EQ(accepted, 3 * completed + open_updates) << r->body;
+        ASSERT_EQ(s.at("fedlearn_aggregation_duration_seconds_count"),
+                  accepted);
+        ASSERT_EQ(s.at("fedlearn_round_duration_seconds_count"), completed);
+        ASSERT_EQ(s.at("fedlearn_received_bytes_total"), accepted * 4 * 199210);
+      } else {
+        v1::GetStatusResponse status;
+        ASSERT_TRUE(
+            google::protobuf::util::JsonStringToMessage(r->body, &status).ok());
+        int contributed = 0, responded = 0;
+        if (!status.current_round().evaluation()) {
+          responded = status.current_round().responded();
+        }
+        for (const v1::ClientInfo& c : status.clients())
+          contributed += c.rounds_contributed();
+        for (const v1::RoundRecord& h : status.history()) {
+          if (!h.evaluation()) responded += h.responded();
+        }
+        ASSERT_EQ(contributed, responded) << r->body;
+        ASSERT_EQ(status.bytes_received(), int64_t{4 * 199210} * responded);
+      }
+      ++checked;
+    }
+  };
+  std::vector<std::thread> readers;
+  for (const char* path : {"/metrics", "/api/status", "/metrics"}) {
+    readers.emplace_back(reader, path);
+  }
+  for (int round = 1; round <= options.max_rounds; ++round) {
+    TrainRound(round, 0.001f);
+  }
+  Evaluate();
+  stop = true;
+  for (std::thread& t : readers) t.join();
+  EXPECT_GT(checked.load(), 10);
+}
+
+TEST_F(HttpServerTest, BusyPortIsAClearError) {
+  Start(SmallRun());
+  auto second =
+      HttpServer::Start(&server_->rounds(), "127.0.0.1", http_->port());
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(second.status().message(), HasSubstr("--http_port"));
+}
+
+}  // namespace
+}  // namespace fedlearn

@@ -1,0 +1,59 @@
+#ifndef FEDLEARN_TESTS_SERVER_SCRIPTED_CLIENTS_H_
+#define FEDLEARN_TESTS_SERVER_SCRIPTED_CLIENTS_H_
+
+// Helpers for tests that drive a real coordinator with scripted clients
+// (CoordinatorClient, the agent's own RPC layer) pushing hand-made updates.
+
+#include <cstdint>
+
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "client/coordinator_client.h"
+#include "gtest/gtest.h"
+#include "server/options.h"
+
+namespace fedlearn::testing {
+
+constexpr absl::Duration kWait = absl::Seconds(20);  // upper bound, never slept
+
+// A small run: mlp_2nn (199,210 parameters, quick to move around), 3 clients a
+// round, 3 rounds, validation every 2nd, no convergence before a rising loss.
+inline CoordinatorOptions SmallRun() {
+  CoordinatorOptions o;
+  o.model = "mlp_2nn";
+  o.seed = 7;
+  o.min_clients = 3;
+  o.clients_per_round = 3;
+  o.max_rounds = 3;
+  o.round_timeout = absl::Seconds(30);
+  o.eval_timeout = absl::Seconds(30);
+  o.convergence_threshold = 0.0;
+  o.rounds_between_validations = 2;
+  return o;
+}
+
+inline v1::UpdateHeader Header(int64_t round, int64_t examples, double loss) {
+  v1::UpdateHeader h;
+  h.set_round(round);
+  h.set_num_examples(examples);
+  h.set_train_loss(loss);
+  h.set_train_accuracy(0.5);
+  return h;
+}
+
+// Polls until the client gets a task other than WAIT.
+inline CoordinatorClient::ReceivedTask NextTask(CoordinatorClient& client) {
+  const absl::Time deadline = absl::Now() + kWait;
+  while (absl::Now() < deadline) {
+    auto task = client.RequestUpdate(absl::Seconds(5));
+    EXPECT_TRUE(task.ok()) << task.status();
+    if (!task.ok()) break;
+    if (task->task.type() != v1::TASK_TYPE_WAIT) return *std::move(task);
+  }
+  ADD_FAILURE() << client.client_id() << " got no task";
+  return {};
+}
+
+}  // namespace fedlearn::testing
+
+#endif  // FEDLEARN_TESTS_SERVER_SCRIPTED_CLIENTS_H_
