@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -18,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "common/files.h"
 #include "common/status_macros.h"
 
 // The data section is the parameters' bytes as they lie in memory.
@@ -362,40 +362,6 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
 // File I/O.
 
 // Closes a file descriptor when it goes out of scope.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int get() const { return fd_; }
-  // Closes now, reporting the error close() gives (which for a written file can
-  // be the first sign of a failed write).
-  int Close() {
-    const int rc = ::close(fd_);
-    fd_ = -1;
-    return rc;
-  }
-
- private:
-  int fd_;
-};
-
-absl::Status WriteAll(int fd, const char* data, size_t size,
-                      const std::string& path) {
-  while (size > 0) {
-    const ssize_t n = ::write(fd, data, size);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return absl::ErrnoToStatus(errno, absl::StrCat("cannot write ", path));
-    }
-    data += n;
-    size -= static_cast<size_t>(n);
-  }
-  return absl::OkStatus();
-}
 
 // Reads exactly `size` bytes at `offset`; DATA_LOSS if the file ends first.
 absl::Status ReadAt(int fd, char* data, size_t size, uint64_t offset,
@@ -413,38 +379,6 @@ absl::Status ReadAt(int fd, char* data, size_t size, uint64_t offset,
     data += n;
     size -= static_cast<size_t>(n);
     offset += static_cast<uint64_t>(n);
-  }
-  return absl::OkStatus();
-}
-
-// Creates a fresh file next to `path` for writing; its name goes to
-// `*temp_path`.
-absl::StatusOr<int> CreateTempFile(const std::string& path,
-                                   std::string* temp_path) {
-  static std::atomic<uint64_t> counter{0};
-  for (int attempt = 0;; ++attempt) {
-    *temp_path = absl::StrCat(path, ".tmp.", ::getpid(), ".", counter++);
-    const int fd = ::open(temp_path->c_str(),
-                          O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd >= 0) return fd;
-    if (errno != EEXIST || attempt >= 100) {
-      return absl::ErrnoToStatus(errno,
-                                 absl::StrCat("cannot create ", *temp_path));
-    }
-  }
-}
-
-absl::Status SyncDirectory(const std::string& path) {
-  std::string dir = std::filesystem::path(path).parent_path().string();
-  if (dir.empty()) dir = ".";
-  Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (fd.get() < 0) {
-    return absl::ErrnoToStatus(errno,
-                               absl::StrCat("cannot open directory ", dir));
-  }
-  if (::fsync(fd.get()) != 0) {
-    return absl::ErrnoToStatus(errno,
-                               absl::StrCat("cannot fsync directory ", dir));
   }
   return absl::OkStatus();
 }
@@ -563,37 +497,17 @@ absl::Status WriteSafetensors(
         static_cast<char>(static_cast<uint64_t>(header.size()) >> (8 * i));
   }
 
-  std::string temp;
-  FEDLEARN_ASSIGN_OR_RETURN(const int raw_fd, CreateTempFile(path, &temp));
-  Fd fd(raw_fd);
-  absl::Status status = WriteAll(fd.get(), length, sizeof(length), temp);
-  if (status.ok())
-    status = WriteAll(fd.get(), header.data(), header.size(), temp);
-  if (status.ok()) {
-    status = WriteAll(fd.get(), reinterpret_cast<const char*>(values.data()),
-                      values.size() * sizeof(float), temp);
-  }
-  if (status.ok() && ::fsync(fd.get()) != 0) {
-    status = absl::ErrnoToStatus(errno, absl::StrCat("cannot fsync ", temp));
-  }
-  if (status.ok() && fd.Close() != 0) {
-    status = absl::ErrnoToStatus(errno, absl::StrCat("cannot close ", temp));
-  }
-  if (status.ok() && ::rename(temp.c_str(), path.c_str()) != 0) {
-    status = absl::ErrnoToStatus(
-        errno, absl::StrCat("cannot rename ", temp, " to ", path));
-  }
-  if (!status.ok()) {
-    ::unlink(temp.c_str());
-    return status;
-  }
-  return SyncDirectory(path);
+  const absl::string_view parts[] = {
+      absl::string_view(length, sizeof(length)), header,
+      absl::string_view(reinterpret_cast<const char*>(values.data()),
+                        values.size() * sizeof(float))};
+  return WriteFileAtomically(path, parts);
 }
 
 absl::StatusOr<std::vector<float>> ReadSafetensors(
     const std::string& path, const ModelSpec& spec,
     std::map<std::string, std::string>* metadata) {
-  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0)
     return absl::ErrnoToStatus(errno, absl::StrCat("cannot open ", path));
   struct stat st;

@@ -14,6 +14,7 @@
 #include "common/tensor_codec.h"
 #include "server/coordinator_service.h"
 #include "server/round_manager.h"
+#include "server/state_store.h"
 
 namespace fedlearn {
 namespace {
@@ -29,10 +30,17 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   FEDLEARN_ASSIGN_OR_RETURN(ModelSpec spec, LookupModel(options.model));
   std::vector<float> initial(static_cast<size_t>(spec.num_parameters));
   InitializeParameters(spec, options.seed, absl::MakeSpan(initial));
+  std::unique_ptr<StateStore> store;
+  std::optional<SavedRun> resume;
+  if (!options.state_dir.empty()) {
+    FEDLEARN_ASSIGN_OR_RETURN(store, StateStore::Open(options.state_dir));
+    FEDLEARN_ASSIGN_OR_RETURN(resume, store->Load(spec));
+  }
 
   std::unique_ptr<CoordinatorServer> server(new CoordinatorServer());
-  server->rounds_ = std::make_unique<RoundManager>(options, std::move(spec),
-                                                   std::move(initial));
+  server->rounds_ = std::make_unique<RoundManager>(
+      options, std::move(spec), std::move(initial), std::move(store),
+      std::move(resume));
   server->service_ =
       std::make_unique<CoordinatorService>(server->rounds_.get());
 

@@ -53,6 +53,9 @@ ABSL_FLAG(double, learning_rate, 1.0, "training plan: learning rate");
 ABSL_FLAG(
     double, validation_fraction, 0.1,
     "training plan: share of local training data held out for validation");
+ABSL_FLAG(std::string, state_dir, "",
+          "save the run here after every aggregation and resume from it on "
+          "restart (empty: not saved)");
 ABSL_FLAG(std::string, join_token, "",
           "secret a client must present to join (empty: none)");
 ABSL_FLAG(int, max_clients, 10000, "most clients that may join");
@@ -94,6 +97,7 @@ CoordinatorOptions OptionsFromFlags() {
   o.optimizer = absl::GetFlag(FLAGS_optimizer);
   o.learning_rate = absl::GetFlag(FLAGS_learning_rate);
   o.validation_fraction = absl::GetFlag(FLAGS_validation_fraction);
+  o.state_dir = absl::GetFlag(FLAGS_state_dir);
   o.join_token = absl::GetFlag(FLAGS_join_token);
   o.max_clients = absl::GetFlag(FLAGS_max_clients);
   o.poll_timeout = absl::GetFlag(FLAGS_poll_timeout);

@@ -40,6 +40,10 @@ struct CoordinatorOptions {
   double learning_rate = 1.0;
   double validation_fraction = 0.1;
 
+  // Where the run is saved after every aggregation, and resumed from on a
+  // restart (server/state_store.h). Empty: nothing is saved.
+  std::string state_dir;
+
   // Clients and limits.
   std::string join_token;  // empty: anyone may join
   int max_clients = 10000;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <sstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -105,17 +106,75 @@ double L2Norm(absl::Span<const float> v) {
 }  // namespace
 
 RoundManager::RoundManager(CoordinatorOptions options, ModelSpec spec,
-                           std::vector<float> initial)
+                           std::vector<float> initial,
+                           std::unique_ptr<StateStore> store,
+                           std::optional<SavedRun> resume)
     : options_(std::move(options)),
       spec_(std::move(spec)),
       spec_proto_(ToProto(spec_)),
+      store_(std::move(store)),
       run_id_(RandomHex(8)),
       global_(std::make_shared<const std::vector<float>>(std::move(initial))),
       accumulator_(static_cast<size_t>(spec_.num_parameters)),
       sampler_(options_.seed) {
+  if (resume.has_value()) {
+    absl::MutexLock lock(&mu_);
+    const v1::CoordinatorState& s = resume->state;
+    run_id_ = s.run_id();
+    global_ = std::move(resume->weights);
+    model_round_ = s.model_round();
+    round_ = s.round();
+    phase_ = s.phase() == v1::PHASE_EVALUATING || s.phase() == v1::PHASE_DONE
+                 ? s.phase()
+                 : v1::PHASE_WAITING_FOR_CLIENTS;
+    history_.assign(s.history().begin(), s.history().end());
+    if (s.has_previous_train_loss())
+      previous_train_loss_ = s.previous_train_loss();
+    stop_reason_ = s.stop_reason();
+    if (s.has_final_evaluation()) final_evaluation_ = s.final_evaluation();
+    bytes_received_ = s.bytes_received();
+    bytes_sent_ = s.bytes_sent();
+    std::istringstream sampler(s.sampler());
+    sampler >> sampler_;
+    Logf(
+        "run %s resumed from %s: %s at round %d (%d rounds folded, %d "
+        "records)",
+        run_id_, store_->dir(), v1::Phase_Name(phase_), round_, model_round_,
+        history_.size());
+  }
   timer_ = std::thread([this] { TimerLoop(); });
   Logf("run %s: model %s (%d parameters), waiting for %d clients", run_id_,
        spec_.name, spec_.num_parameters, options_.min_clients);
+}
+
+void RoundManager::SaveLocked(Callbacks* callbacks) {
+  if (store_ == nullptr) return;
+  SavedRun run;
+  v1::CoordinatorState& s = run.state;
+  s.set_run_id(run_id_);
+  s.set_phase(phase_);
+  s.set_round(round_);
+  s.set_model_round(model_round_);
+  for (const v1::RoundRecord& record : history_) *s.add_history() = record;
+  if (previous_train_loss_.has_value()) {
+    s.set_has_previous_train_loss(true);
+    s.set_previous_train_loss(*previous_train_loss_);
+  }
+  s.set_stop_reason(stop_reason_);
+  if (final_evaluation_.has_value())
+    *s.mutable_final_evaluation() = *final_evaluation_;
+  s.set_bytes_received(bytes_received_);
+  s.set_bytes_sent(bytes_sent_);
+  std::ostringstream sampler;
+  sampler << sampler_;
+  s.set_sampler(sampler.str());
+  run.weights = global_;
+  callbacks->push_back([this, run = std::move(run)] {
+    if (absl::Status saved = store_->Save(spec_, run); !saved.ok()) {
+      Logf("round %d: the run could not be saved: %s", run.state.round(),
+           saved.ToString());
+    }
+  });
 }
 
 RoundManager::~RoundManager() {
@@ -679,6 +738,7 @@ void RoundManager::CloseAttemptLocked(absl::string_view outcome, absl::Time now,
     auto next = std::make_shared<std::vector<float>>(global_->size());
     accumulator_.ApplyMean(*global_, absl::MakeSpan(*next));
     global_ = std::move(next);
+    model_round_ = a->round;
     const double loss = a->loss.value();
     bool converged = false;
     if (previous_train_loss_.has_value() && *previous_train_loss_ > 0) {
@@ -711,6 +771,7 @@ void RoundManager::CloseAttemptLocked(absl::string_view outcome, absl::Time now,
     }
   }
   history_.push_back(std::move(record));
+  SaveLocked(callbacks);
   timer_dirty_ = true;
   MaybeStartAttemptLocked(now, callbacks);
   DeliverTasksLocked(callbacks);
@@ -782,7 +843,7 @@ v1::GetStatusResponse RoundManager::GetStatus(RunCounters* counters) const {
 
 Weights RoundManager::global_weights(int64_t* rounds) const {
   absl::MutexLock lock(&mu_);
-  if (rounds != nullptr) *rounds = counters_.rounds_completed;
+  if (rounds != nullptr) *rounds = model_round_;
   return global_;
 }
 

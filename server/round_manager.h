@@ -24,6 +24,7 @@
 #include "server/fedavg.h"
 #include "server/metrics.h"
 #include "server/options.h"
+#include "server/state_store.h"
 
 namespace fedlearn {
 
@@ -84,8 +85,14 @@ enum class Rejection {
 class RoundManager {
  public:
   // `initial` holds spec.num_parameters() floats. `options` must be valid.
+  // With a `store`, the run is saved there after every round and evaluation
+  // attempt; with `resume` (a run loaded from it), the run goes on from there:
+  // its weights replace `initial`, training resumes at the saved round (clients
+  // join anew), an evaluation phase starts over, a finished run stays DONE.
   RoundManager(CoordinatorOptions options, ModelSpec spec,
-               std::vector<float> initial);
+               std::vector<float> initial,
+               std::unique_ptr<StateStore> store = nullptr,
+               std::optional<SavedRun> resume = std::nullopt);
   ~RoundManager();  // Shuts down.
 
   RoundManager(const RoundManager&) = delete;
@@ -211,6 +218,9 @@ class RoundManager {
                           Callbacks* callbacks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int QuorumLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // With a store, queues a save of the run as it is now (written by the
+  // callback, outside the lock).
+  void SaveLocked(Callbacks* callbacks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Closes the open attempt if every selected client, or a quorum, has
   // answered.
   void CloseIfAnsweredLocked(Callbacks* callbacks)
@@ -234,7 +244,8 @@ class RoundManager {
   const CoordinatorOptions options_;
   const ModelSpec spec_;
   const v1::ModelSpec spec_proto_;
-  const std::string run_id_;
+  const std::unique_ptr<StateStore> store_;  // null: nothing is saved
+  std::string run_id_;                       // set once, in the constructor
 
   mutable absl::Mutex mu_;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
@@ -247,6 +258,7 @@ class RoundManager {
   std::unique_ptr<Attempt> attempt_
       ABSL_GUARDED_BY(mu_);  // the open attempt, if any
   Weights global_ ABSL_GUARDED_BY(mu_);
+  int64_t model_round_ ABSL_GUARDED_BY(mu_) = 0;  // rounds folded into global_
   FedAvgAccumulator accumulator_ ABSL_GUARDED_BY(mu_);
   std::optional<double> previous_train_loss_ ABSL_GUARDED_BY(mu_);
   std::string stop_reason_ ABSL_GUARDED_BY(mu_);

@@ -49,18 +49,17 @@ double ClosedRoundAccuracy(const std::string& log, int round) {
   return -1;
 }
 
-TEST(FederationProcessesTest, AgentKilledMidRoundAndTheRunStillFinishes) {
+// Writes a slice of data/mnist's real digits into a fresh directory (so that
+// a round takes seconds) and returns it; empty when data/mnist is missing.
+std::filesystem::path WriteSlice(const std::string& name) {
   const std::string source = absl::StrCat(FEDLEARN_SOURCE_DIR, "/data/mnist");
   absl::StatusOr<Dataset> train = LoadMnistDir(source, /*train=*/true);
   absl::StatusOr<Dataset> test = LoadMnistDir(source, /*train=*/false);
-  if (!train.ok() || !test.ok()) {
-    GTEST_SKIP() << "no data/mnist (run scripts/fetch-data.sh): "
-                 << train.status();
-  }
-  // A slice of the real digits, so that three rounds take seconds.
+  if (!train.ok() || !test.ok()) return {};
   const std::filesystem::path dir =
       std::filesystem::path(::testing::TempDir()) /
-      absl::StrCat("federation_", getpid());
+      absl::StrCat(name, "_", getpid());
+  std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   std::vector<int64_t> train_index(kAgents * kTrainPerAgent),
       test_index(kAgents * kTestPerAgent);
@@ -68,19 +67,36 @@ TEST(FederationProcessesTest, AgentKilledMidRoundAndTheRunStillFinishes) {
     train_index[i] = static_cast<int64_t>(i);
   for (size_t i = 0; i < test_index.size(); ++i)
     test_index[i] = static_cast<int64_t>(i);
-  ASSERT_TRUE(WriteIdx((dir / "train-images-idx3-ubyte").string(),
+  EXPECT_TRUE(WriteIdx((dir / "train-images-idx3-ubyte").string(),
                        (dir / "train-labels-idx1-ubyte").string(),
                        Subset(*train, train_index))
                   .ok());
-  ASSERT_TRUE(WriteIdx((dir / "t10k-images-idx3-ubyte").string(),
+  EXPECT_TRUE(WriteIdx((dir / "t10k-images-idx3-ubyte").string(),
                        (dir / "t10k-labels-idx1-ubyte").string(),
                        Subset(*test, test_index))
                   .ok());
+  return dir;
+}
+
+std::unique_ptr<ChildProcess> StartAgent(int port,
+                                         const std::filesystem::path& data,
+                                         int index) {
+  return std::make_unique<ChildProcess>(std::vector<std::string>{
+      FEDLEARN_CLIENT_BINARY, absl::StrCat("--coordinator=127.0.0.1:", port),
+      absl::StrCat("--data_dir=", data.string()), "--partition=iid",
+      absl::StrCat("--num_partitions=", kAgents),
+      absl::StrCat("--partition_index=", index), "--threads=1",
+      absl::StrCat("--name=agent", index)});
+}
+
+TEST(FederationProcessesTest, AgentKilledMidRoundAndTheRunStillFinishes) {
+  const std::filesystem::path dir = WriteSlice("federation");
+  if (dir.empty()) GTEST_SKIP() << "no data/mnist (run scripts/fetch-data.sh)";
 
   ChildProcess coordinator(
-      {FEDLEARN_COORDINATOR_BINARY, "--port=0", "--bind=127.0.0.1", "--http_port=0",
-       "--model=mnist_cnn", "--min_clients=5", "--clients_per_round=5",
-       "--max_rounds=3", "--convergence_threshold=0",
+      {FEDLEARN_COORDINATOR_BINARY, "--port=0", "--bind=127.0.0.1",
+       "--http_port=0", "--model=mnist_cnn", "--min_clients=5",
+       "--clients_per_round=5", "--max_rounds=3", "--convergence_threshold=0",
        "--rounds_between_validations=1", "--round_timeout=90s",
        "--eval_timeout=90s", "--done_grace=5s"});
   const int port = testing::CoordinatorPort(coordinator, kTimeout);
@@ -88,12 +104,7 @@ TEST(FederationProcessesTest, AgentKilledMidRoundAndTheRunStillFinishes) {
 
   std::vector<std::unique_ptr<ChildProcess>> agents;
   for (int i = 0; i < kAgents; ++i) {
-    agents.push_back(std::make_unique<ChildProcess>(std::vector<std::string>{
-        FEDLEARN_CLIENT_BINARY, absl::StrCat("--coordinator=127.0.0.1:", port),
-        absl::StrCat("--data_dir=", dir.string()), "--partition=iid",
-        absl::StrCat("--num_partitions=", kAgents),
-        absl::StrCat("--partition_index=", i), "--threads=1",
-        absl::StrCat("--name=agent", i)}));
+    agents.push_back(StartAgent(port, dir, i));
     ASSERT_TRUE(agents.back()->started());
   }
 
@@ -138,6 +149,74 @@ TEST(FederationProcessesTest, AgentKilledMidRoundAndTheRunStillFinishes) {
   const double last = ClosedRoundAccuracy(log, 3);
   ASSERT_GE(first, 0) << log;
   EXPECT_GT(last, first + 0.2) << log;
+  std::filesystem::remove_all(dir);
+}
+
+// The coordinator is killed (SIGKILL: no chance to clean up) after round 2
+// closed. Restarted on the same --state_dir and port, it resumes the run where
+// its last save left it; the agents, never restarted, reconnect and join again
+// by themselves, and the run finishes its 4 rounds and evaluation.
+TEST(FederationProcessesTest, CoordinatorKilledMidRunResumesFromItsStateDir) {
+  const std::filesystem::path dir = WriteSlice("resume");
+  if (dir.empty()) GTEST_SKIP() << "no data/mnist (run scripts/fetch-data.sh)";
+  const std::string state_dir = (dir / "state").string();
+  constexpr int kResumeAgents = 3;
+  auto coordinator_flags = [&](int port) {
+    return std::vector<std::string>{
+        FEDLEARN_COORDINATOR_BINARY,
+        absl::StrCat("--port=", port),
+        "--bind=127.0.0.1",
+        "--http_port=-1",
+        "--model=mnist_cnn",
+        absl::StrCat("--min_clients=", kResumeAgents),
+        "--max_rounds=4",
+        "--convergence_threshold=-inf",
+        "--rounds_between_validations=2",
+        "--round_timeout=90s",
+        "--eval_timeout=90s",
+        "--done_grace=5s",
+        absl::StrCat("--state_dir=", state_dir)};
+  };
+  auto first = std::make_unique<ChildProcess>(coordinator_flags(0));
+  const int port = testing::CoordinatorPort(*first, kTimeout);
+  ASSERT_GT(port, 0) << first->output();
+  std::vector<std::unique_ptr<ChildProcess>> agents;
+  for (int i = 0; i < kResumeAgents; ++i) {
+    agents.push_back(StartAgent(port, dir, i));
+    ASSERT_TRUE(agents.back()->started());
+  }
+  ASSERT_TRUE(first->WaitForLine("round 2: closed", kTimeout))
+      << first->output();
+  const std::string run_id = [&] {
+    const std::string& log = first->output();
+    const size_t at = log.find("run ");
+    return log.substr(at + 4, log.find(':', at) - at - 4);
+  }();
+  first->Signal(SIGKILL);
+  EXPECT_EQ(first->Wait(kTimeout), 128 + SIGKILL);
+  EXPECT_TRUE(std::filesystem::exists(state_dir + "/state.binpb"));
+
+  ChildProcess second(coordinator_flags(port));
+  ASSERT_TRUE(second.WaitForLine("resumed from", kTimeout)) << second.output();
+  const std::optional<int> exit_code = second.Wait(kTimeout);
+  ASSERT_TRUE(exit_code.has_value()) << "coordinator still running:\n"
+                                     << second.output();
+  EXPECT_EQ(*exit_code, 0) << second.output();
+  for (auto& agent : agents) {
+    const std::optional<int> agent_exit = agent->Wait(kTimeout);
+    ASSERT_TRUE(agent_exit.has_value()) << "agent still running";
+    EXPECT_EQ(*agent_exit, 0) << agent->output();
+  }
+  const std::string& log = second.output();
+  // The same run, resumed after round 1 or 2 (whichever save the kill left
+  // whole), not started over.
+  EXPECT_THAT(log, HasSubstr(absl::StrCat("run ", run_id, " resumed from")));
+  EXPECT_THAT(log, ::testing::ContainsRegex(
+                       "resumed from .*: PHASE_WAITING_FOR_CLIENTS at round "
+                       "[23] \\([12] rounds folded"));
+  EXPECT_THAT(log, ::testing::Not(HasSubstr("round 1: training attempt")));
+  EXPECT_THAT(log, HasSubstr("round 4: closed"));
+  EXPECT_THAT(log, HasSubstr("run done: 4 rounds (max_rounds)"));
   std::filesystem::remove_all(dir);
 }
 

@@ -1,0 +1,42 @@
+#ifndef FEDLEARN_COMMON_FILES_H_
+#define FEDLEARN_COMMON_FILES_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+
+namespace fedlearn {
+
+// A file descriptor closed with the object.
+class ScopedFd {
+ public:
+  explicit ScopedFd(int fd) : fd_(fd) {}
+  ScopedFd(const ScopedFd&) = delete;
+  ScopedFd& operator=(const ScopedFd&) = delete;
+  ~ScopedFd();
+  int get() const { return fd_; }
+  // Closes now, reporting the error close() gives (which for a written file can
+  // be the first sign of a failed write).
+  int Close();
+
+ private:
+  int fd_;
+};
+
+// Writes `parts`, one after the other, to `path` so that after a crash `path`
+// holds its old contents or the new ones, whole: the bytes go to a fresh
+// temporary file in the same directory, which is fsync'ed and renamed over
+// `path`, and the directory is fsync'ed too. Errors are errno-derived and name
+// the file; nothing is left behind then.
+absl::Status WriteFileAtomically(const std::string& path,
+                                 absl::Span<const absl::string_view> parts);
+
+// The whole file. NOT_FOUND when it does not exist; other errno-derived codes.
+absl::StatusOr<std::string> ReadFileToString(const std::string& path);
+
+}  // namespace fedlearn
+
+#endif  // FEDLEARN_COMMON_FILES_H_

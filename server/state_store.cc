@@ -1,0 +1,118 @@
+#include "server/state_store.h"
+
+#include <filesystem>
+#include <map>
+#include <system_error>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/files.h"
+#include "common/safetensors.h"
+#include "common/status_macros.h"
+
+namespace fedlearn {
+namespace {
+
+constexpr char kStateFile[] = "state.binpb";
+
+std::string ModelFileName(int64_t round) {
+  return absl::StrFormat("model-%06d.safetensors", round);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(std::string dir) {
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) {
+    return absl::ErrnoToStatus(
+        error.value(), absl::StrCat("--state_dir: cannot create ", dir));
+  }
+  if (!std::filesystem::is_directory(dir, error)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--state_dir: ", dir, " is not a directory"));
+  }
+  return std::unique_ptr<StateStore>(new StateStore(std::move(dir)));
+}
+
+absl::StatusOr<std::optional<SavedRun>> StateStore::Load(
+    const ModelSpec& spec) const {
+  const std::string path = absl::StrCat(dir_, "/", kStateFile);
+  absl::StatusOr<std::string> bytes = ReadFileToString(path);
+  if (absl::IsNotFound(bytes.status())) return std::nullopt;
+  if (!bytes.ok()) return bytes.status();
+  SavedRun run;
+  if (!run.state.ParseFromString(*bytes)) {
+    return absl::DataLossError(
+        absl::StrCat(path, ": not a CoordinatorState (damaged?)"));
+  }
+  const v1::CoordinatorState& state = run.state;
+  if (state.format_version() != kFormatVersion) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, ": format version ", state.format_version(),
+                     "; this coordinator reads version ", kFormatVersion));
+  }
+  if (state.model() != spec.name) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, ": the saved run trains ", state.model(), ", not ", spec.name,
+        " (use --model=", state.model(), " or another --state_dir)"));
+  }
+  if (state.model_file() != ModelFileName(state.model_round())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": model file \"", state.model_file(),
+                     "\" is not the one of round ", state.model_round()));
+  }
+  std::map<std::string, std::string> metadata;
+  FEDLEARN_ASSIGN_OR_RETURN(
+      std::vector<float> weights,
+      ReadSafetensors(absl::StrCat(dir_, "/", state.model_file()), spec,
+                      &metadata));
+  if (metadata["run_id"] != state.run_id()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        dir_, "/", state.model_file(), ": written by run \"",
+        metadata["run_id"], "\", the state is run \"", state.run_id(), "\""));
+  }
+  run.weights = std::make_shared<const std::vector<float>>(std::move(weights));
+  return run;
+}
+
+absl::Status StateStore::Save(const ModelSpec& spec, const SavedRun& run) {
+  absl::MutexLock lock(&mu_);
+  const v1::CoordinatorState& state = run.state;
+  if (state.history_size() < saved_history_) return absl::OkStatus();
+  const std::string model_file = ModelFileName(state.model_round());
+  const std::string model_path = absl::StrCat(dir_, "/", model_file);
+  // The model changes once a round; a file left by another process (or run)
+  // is never trusted.
+  if (state.model_round() != written_model_round_) {
+    FEDLEARN_RETURN_IF_ERROR(
+        WriteSafetensors(model_path, spec, *run.weights,
+                         {{"run_id", state.run_id()},
+                          {"model", spec.name},
+                          {"round", absl::StrCat(state.model_round())}}));
+    written_model_round_ = state.model_round();
+  }
+  v1::CoordinatorState to_write = state;
+  to_write.set_format_version(kFormatVersion);
+  to_write.set_model(spec.name);
+  to_write.set_model_file(model_file);
+  const std::string bytes = to_write.SerializeAsString();
+  const absl::string_view parts[] = {bytes};
+  FEDLEARN_RETURN_IF_ERROR(
+      WriteFileAtomically(absl::StrCat(dir_, "/", kStateFile), parts));
+  saved_history_ = state.history_size();
+  // Older models are no longer named by the state: remove them.
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(dir_, error)) {
+    const std::string name = entry.path().filename().string();
+    if (absl::StartsWith(name, "model-") &&
+        absl::EndsWith(name, ".safetensors") && name != model_file) {
+      std::filesystem::remove(entry.path(), error);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace fedlearn

@@ -1,0 +1,262 @@
+// The coordinator's state directory: what is saved comes back bit for bit,
+// damage is reported naming the file, and a coordinator restarted on the
+// directory resumes the run (real gRPC, scripted clients).
+
+#include "server/state_store.h"
+
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/coordinator_client.h"
+#include "common/model_spec.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "gtest/gtest.h"
+#include "server/coordinator_server.h"
+#include "server/round_manager.h"
+#include "tests/server/scripted_clients.h"
+#include "tests/util/files.h"
+
+namespace fedlearn {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::Header;
+using testing::kWait;
+using testing::NextTask;
+using testing::ScopedTempDir;
+using testing::SmallRun;
+
+ModelSpec Mlp() { return *LookupModel("mlp_2nn"); }
+
+SavedRun SomeRun(int64_t model_round, float value) {
+  SavedRun run;
+  run.state.set_run_id("abc123");
+  run.state.set_phase(v1::PHASE_TRAINING);
+  run.state.set_round(model_round + 1);
+  run.state.set_model_round(model_round);
+  for (int64_t r = 1; r <= model_round; ++r) {
+    v1::RoundRecord* record = run.state.add_history();
+    record->set_round(r);
+    record->set_outcome("all");
+  }
+  run.state.set_has_previous_train_loss(true);
+  run.state.set_previous_train_loss(0.5);
+  run.state.set_sampler("some sampler state");
+  auto weights = std::vector<float>(Mlp().num_parameters, value);
+  weights[7] = -0.0f;  // bit patterns, not just values, must survive
+  run.weights = std::make_shared<const std::vector<float>>(std::move(weights));
+  return run;
+}
+
+std::vector<std::string> Files(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir))
+    names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+TEST(StateStoreTest, EmptyDirectoryHoldsNoRun) {
+  ScopedTempDir dir;
+  auto store = StateStore::Open(dir.path().string() + "/new/state");
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto loaded = (*store)->Load(Mlp());
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_FALSE(loaded->has_value());
+}
+
+TEST(StateStoreTest, SavedRunComesBackBitForBit) {
+  ScopedTempDir dir;
+  auto store = StateStore::Open(dir.path().string());
+  ASSERT_TRUE(store.ok());
+  const SavedRun saved = SomeRun(2, 0.25f);
+  ASSERT_TRUE((*store)->Save(Mlp(), saved).ok());
+  EXPECT_THAT(
+      Files(dir.path().string()),
+      ::testing::ElementsAre("model-000002.safetensors", "state.binpb"));
+
+  auto reopened = StateStore::Open(dir.path().string());
+  auto loaded = (*reopened)->Load(Mlp());
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  ASSERT_TRUE(loaded->has_value());
+  const SavedRun& run = **loaded;
+  EXPECT_EQ(run.state.run_id(), "abc123");
+  EXPECT_EQ(run.state.round(), 3);
+  EXPECT_EQ(run.state.history_size(), 2);
+  EXPECT_EQ(run.state.sampler(), "some sampler state");
+  EXPECT_EQ(run.state.model(), "mlp_2nn");
+  ASSERT_EQ(run.weights->size(), saved.weights->size());
+  EXPECT_EQ(std::memcmp(run.weights->data(), saved.weights->data(),
+                        saved.weights->size() * sizeof(float)),
+            0);
+}
+
+TEST(StateStoreTest, KeepsOnlyTheModelTheStateNamesAndNeverGoesBack) {
+  ScopedTempDir dir;
+  auto store = StateStore::Open(dir.path().string());
+  ASSERT_TRUE((*store)->Save(Mlp(), SomeRun(1, 0.1f)).ok());
+  ASSERT_TRUE((*store)->Save(Mlp(), SomeRun(3, 0.3f)).ok());
+  // A save that lost a race with a newer one is skipped.
+  ASSERT_TRUE((*store)->Save(Mlp(), SomeRun(2, 0.2f)).ok());
+  EXPECT_THAT(
+      Files(dir.path().string()),
+      ::testing::ElementsAre("model-000003.safetensors", "state.binpb"));
+  auto loaded = (*store)->Load(Mlp());
+  ASSERT_TRUE(loaded.ok() && loaded->has_value());
+  EXPECT_EQ((**loaded).state.model_round(), 3);
+  EXPECT_EQ((*(**loaded).weights)[0], 0.3f);
+}
+
+TEST(StateStoreTest, AnotherModelIsRefused) {
+  ScopedTempDir dir;
+  auto store = StateStore::Open(dir.path().string());
+  ASSERT_TRUE((*store)->Save(Mlp(), SomeRun(1, 0.1f)).ok());
+  auto loaded = (*store)->Load(*LookupModel("mnist_cnn"));
+  ASSERT_FALSE(loaded.ok());
+  EXPECT_EQ(loaded.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(loaded.status().message(), HasSubstr("--model=mlp_2nn"));
+}
+
+TEST(StateStoreTest, DamagedFilesAreErrorsNamingThem) {
+  ScopedTempDir dir;
+  auto store = StateStore::Open(dir.path().string());
+  ASSERT_TRUE((*store)->Save(Mlp(), SomeRun(1, 0.1f)).ok());
+  const std::string model = dir.path().string() + "/model-000001.safetensors";
+  std::filesystem::resize_file(model, std::filesystem::file_size(model) - 4);
+  auto truncated = (*store)->Load(Mlp());
+  ASSERT_FALSE(truncated.ok());
+  EXPECT_EQ(truncated.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(truncated.status().message(), HasSubstr(model));
+
+  std::ofstream(dir.path().string() + "/state.binpb", std::ios::trunc)
+      << "\xff\xff";
+  auto garbage = (*store)->Load(Mlp());
+  ASSERT_FALSE(garbage.ok());
+  EXPECT_EQ(garbage.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(garbage.status().message(), HasSubstr("state.binpb"));
+}
+
+TEST(StateStoreTest, AModelLeftByAnotherRunIsNotTrusted) {
+  ScopedTempDir dir;
+  {
+    auto other = StateStore::Open(dir.path().string());
+    SavedRun run = SomeRun(1, 0.9f);
+    run.state.set_run_id("other");
+    ASSERT_TRUE((*other)->Save(Mlp(), run).ok());
+  }
+  // A new run in the same directory rewrites round 1's model as its own.
+  auto store = StateStore::Open(dir.path().string());
+  ASSERT_TRUE((*store)->Save(Mlp(), SomeRun(1, 0.1f)).ok());
+  auto loaded = (*store)->Load(Mlp());
+  ASSERT_TRUE(loaded.ok() && loaded->has_value()) << loaded.status();
+  EXPECT_EQ((*(**loaded).weights)[0], 0.1f);
+}
+
+class ResumeTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<CoordinatorServer> Start() {
+    CoordinatorOptions options = SmallRun();
+    options.max_rounds = 4;
+    options.state_dir = dir_.path().string();
+    auto server = CoordinatorServer::Start(options, "127.0.0.1:0");
+    EXPECT_TRUE(server.ok()) << server.status();
+    return server.ok() ? *std::move(server) : nullptr;
+  }
+
+  // Three fresh clients join `server` and train rounds `first` to `last`.
+  std::vector<std::unique_ptr<CoordinatorClient>> Train(
+      CoordinatorServer& server, int64_t first, int64_t last) {
+    auto channel =
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", server.port()),
+                            grpc::InsecureChannelCredentials());
+    std::vector<std::unique_ptr<CoordinatorClient>> clients;
+    for (int i = 0; i < 3; ++i) {
+      clients.push_back(std::make_unique<CoordinatorClient>(channel));
+      EXPECT_TRUE(clients.back()->Join(v1::JoinRequest()).ok());
+    }
+    for (int64_t round = first; round <= last; ++round) {
+      for (auto& c : clients) {
+        auto task = NextTask(*c);
+        EXPECT_EQ(task.task.type(), v1::TASK_TYPE_TRAIN);
+        EXPECT_EQ(task.task.round(), round);
+        EXPECT_EQ(task.weights, *server.rounds().global_weights());
+        std::vector<float> delta(task.weights.size(), 0.01f * round);
+        EXPECT_TRUE(c->PushUpdate(Header(round, 100, 2.0 / round), delta).ok());
+      }
+    }
+    return clients;
+  }
+
+  ScopedTempDir dir_;
+};
+
+TEST_F(ResumeTest, RestartedCoordinatorGoesOnFromTheLastRound) {
+  std::vector<float> weights_after_2;
+  v1::GetStatusResponse before;
+  {
+    auto server = Start();
+    ASSERT_NE(server, nullptr);
+    Train(*server, 1, 2);
+    weights_after_2 = *server->rounds().global_weights();
+    before = server->rounds().GetStatus();
+  }  // shut down: as far as the directory knows, it may as well have crashed
+
+  auto server = Start();
+  ASSERT_NE(server, nullptr);
+  v1::GetStatusResponse resumed = server->rounds().GetStatus();
+  EXPECT_EQ(resumed.run_id(), before.run_id());
+  EXPECT_EQ(resumed.phase(), v1::PHASE_WAITING_FOR_CLIENTS);
+  EXPECT_EQ(resumed.round(), 3);
+  EXPECT_EQ(resumed.clients_size(), 0);  // clients join the new process
+  ASSERT_EQ(resumed.history_size(), 2);
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(
+      resumed.history(1), before.history(1)));
+  EXPECT_EQ(resumed.bytes_received(), before.bytes_received());
+  EXPECT_EQ(*server->rounds().global_weights(), weights_after_2);
+
+  // New clients carry on with rounds 3 and 4 from the saved model, then the
+  // evaluation closes the run.
+  Train(*server, 3, 4);
+  ASSERT_TRUE(server->rounds().AwaitPhase(v1::PHASE_EVALUATING, kWait));
+  EXPECT_EQ(server->rounds().GetStatus().history_size(), 4);
+}
+
+TEST_F(ResumeTest, FinishedRunStaysDone) {
+  {
+    auto server = Start();
+    ASSERT_NE(server, nullptr);
+    auto clients = Train(*server, 1, 4);
+    for (auto& c : clients) {
+      auto task = NextTask(*c);
+      ASSERT_EQ(task.task.type(), v1::TASK_TYPE_EVALUATE);
+      v1::ReportEvalRequest report;
+      report.set_round(task.task.round());
+      report.set_test_loss(0.5);
+      report.set_test_accuracy(0.75);
+      report.set_num_examples(20);
+      ASSERT_TRUE(c->ReportEval(report).ok());
+    }
+    ASSERT_TRUE(server->rounds().AwaitPhase(v1::PHASE_DONE, kWait));
+  }
+  auto server = Start();
+  ASSERT_NE(server, nullptr);
+  const v1::GetStatusResponse status = server->rounds().GetStatus();
+  EXPECT_EQ(status.phase(), v1::PHASE_DONE);
+  EXPECT_EQ(status.round(), 4);
+  EXPECT_EQ(status.history_size(), 5);
+  EXPECT_DOUBLE_EQ(status.final_evaluation().test_accuracy(), 0.75);
+  EXPECT_EQ(status.stop_reason(), "max_rounds");
+}
+
+}  // namespace
+}  // namespace fedlearn
