@@ -14,11 +14,11 @@
 #include <thread>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
-#include "common/log.h"
 #include "common/status_macros.h"
 
 namespace fedlearn {
@@ -127,11 +127,12 @@ class CancelInterceptorFactory
 class HeartbeatLoop {
  public:
   HeartbeatLoop(std::shared_ptr<grpc::Channel> channel,
-                const CoordinatorClient& identity, std::string name,
-                int64_t round, absl::Duration interval,
+                const CoordinatorClient& identity, ProgressConsole* console,
+                std::string name, int64_t round, absl::Duration interval,
                 const std::atomic<int64_t>* done,
                 const std::atomic<int64_t>* total)
       : client_(std::move(channel)),
+        console_(console),
         name_(std::move(name)),
         round_(round),
         interval_(interval),
@@ -162,14 +163,15 @@ class HeartbeatLoop {
       beat.set_batches_total(total_->load(std::memory_order_relaxed));
       absl::StatusOr<v1::HeartbeatResponse> answer = client_.Heartbeat(beat);
       if (!answer.ok() && !reported && !stop_.HasBeenNotified()) {
-        Logf("%s: round %d: heartbeat failed: %s", name_, round_,
-             answer.status().ToString());
+        ConsoleLogf(console_, "%s: round %d: heartbeat failed: %s", name_,
+                    round_, answer.status().ToString());
         reported = true;
       }
     }
   }
 
   CoordinatorClient client_;
+  ProgressConsole* const console_;
   const std::string name_;
   const int64_t round_;
   const absl::Duration interval_;
@@ -233,6 +235,7 @@ std::shared_ptr<grpc::Channel> MakeCoordinatorChannel(
 Agent::Agent(AgentOptions options, TrainerFactory trainer_factory)
     : options_(std::move(options)),
       trainer_factory_(std::move(trainer_factory)),
+      console_(options_.progress.get()),
       name_(options_.display_name.empty() ? "agent" : options_.display_name),
       target_(options_.coordinator.empty() ? "the coordinator"
                                            : options_.coordinator),
@@ -338,8 +341,8 @@ absl::StatusOr<AgentSummary> Agent::Run() {
         break;
       case v1::TASK_TYPE_DONE:
         summary_.wall_time = absl::Now() - start;
-        Logf("%s: run %s done after %d rounds trained", name_, summary_.run_id,
-             summary_.rounds_trained);
+        ConsoleLogf(console_, "%s: run %s done after %d rounds trained", name_,
+                    summary_.run_id, summary_.rounds_trained);
         return summary_;
       default:
         FEDLEARN_RETURN_IF_ERROR(
@@ -385,12 +388,12 @@ absl::Status Agent::Join() {
   summary_.client_id = joined_.client_id();
   summary_.run_id = joined_.run_id();
   const v1::TrainingPlan& plan = joined_.plan();
-  Logf(
-      "%s: joined %s as %s (run %s): model %s, %d parameters; plan %d "
-      "epoch(s), batch %d, %s",
-      name_, target_, joined_.client_id(), joined_.run_id(),
-      joined_.model().name(), joined_.model().num_parameters(), plan.epochs(),
-      plan.batch_size(), plan.optimizer());
+  ConsoleLogf(console_,
+              "%s: joined %s as %s (run %s): model %s, %d parameters; plan %d "
+              "epoch(s), batch %d, %s",
+              name_, target_, joined_.client_id(), joined_.run_id(),
+              joined_.model().name(), joined_.model().num_parameters(),
+              plan.epochs(), plan.batch_size(), plan.optimizer());
   if (same_model) return absl::OkStatus();
   trainer_.reset();
   absl::StatusOr<std::unique_ptr<Trainer>> trainer = trainer_factory_(joined_);
@@ -421,8 +424,8 @@ absl::Status Agent::Recover(Op op, const absl::Status& error) {
           ", giving up; last error: ", error.ToString()));
     }
     const absl::Duration delay = NextBackoff();
-    Logf("%s: %s failed (%s); retrying in %s", name_, what, error.ToString(),
-         Millis(delay));
+    ConsoleLogf(console_, "%s: %s failed (%s); retrying in %s", name_, what,
+                error.ToString(), Millis(delay));
     return AwaitCoordinator(delay);
   }
   if (op != Op::kJoin && (code == absl::StatusCode::kNotFound ||
@@ -431,8 +434,8 @@ absl::Status Agent::Recover(Op op, const absl::Status& error) {
     // The coordinator restarted and forgot us (or never knew this identity):
     // join again. Only the RPC identity changes; Join keeps the trainer if the
     // model is the same.
-    Logf("%s: %s as %s failed (%s); joining again", name_, what,
-         client_.client_id(), error.ToString());
+    ConsoleLogf(console_, "%s: %s as %s failed (%s); joining again", name_,
+                what, client_.client_id(), error.ToString());
     // It answered, so it is there; but a coordinator that forgets us again
     // right after each join must not be hammered.
     if (rejoined_) {
@@ -450,8 +453,8 @@ absl::Status Agent::Recover(Op op, const absl::Status& error) {
                                      " times in a row: ", error.message()));
   }
   const absl::Duration delay = NextBackoff();
-  Logf("%s: %s failed (%s, %d in a row); going on in %s", name_, what,
-       error.ToString(), repeats, Millis(delay));
+  ConsoleLogf(console_, "%s: %s failed (%s, %d in a row); going on in %s",
+              name_, what, error.ToString(), repeats, Millis(delay));
   return Pause(delay);
 }
 
@@ -461,10 +464,10 @@ absl::Status Agent::Train(CoordinatorClient::ReceivedTask received) {
   Update& update = update_;
   if (update.pending && update.round == round &&
       update.weights == received.weights) {
-    Logf(
-        "%s: round %d: pushing again the update trained before the "
-        "coordinator went away",
-        name_, round);
+    ConsoleLogf(console_,
+                "%s: round %d: pushing again the update trained before the "
+                "coordinator went away",
+                name_, round);
     return Push();
   }
   update.pending = false;
@@ -473,24 +476,39 @@ absl::Status Agent::Train(CoordinatorClient::ReceivedTask received) {
 
   std::atomic<int64_t> batches_done{0};
   std::atomic<int64_t> batches_total{0};
-  const ProgressFn progress = [&batches_done, &batches_total](int64_t done,
-                                                              int64_t total) {
-    batches_done.store(done, std::memory_order_relaxed);
-    batches_total.store(total, std::memory_order_relaxed);
+  const bool bars = console_ != nullptr && console_->bars();
+  const int slot = options_.progress_slot;
+  const ProgressFn progress = [&batches_done, &batches_total, bars, slot,
+                               this](const TrainProgress& p) {
+    batches_done.store(p.done, std::memory_order_relaxed);
+    batches_total.store(p.total, std::memory_order_relaxed);
+    if (bars) console_->Update(slot, p);
   };
-  const absl::Time started = absl::Now();
+  absl::Time started;
   absl::StatusOr<TrainMetrics> metrics;
   {
+    // Heartbeats go on while the agent waits for its turn to train.
     std::optional<HeartbeatLoop> heartbeat;
     if (options_.heartbeat && joined_.heartbeat_interval_ms() > 0) {
-      heartbeat.emplace(channel_, client_, name_, round,
+      heartbeat.emplace(channel_, client_, console_, name_, round,
                         absl::Milliseconds(joined_.heartbeat_interval_ms()),
                         &batches_done, &batches_total);
     }
+    TrainingSlots* slots = options_.training_slots.get();
+    if (slots != nullptr && !slots->Acquire([this] { return stopping(); })) {
+      return Stopped();
+    }
+    absl::Cleanup release = [slots] {
+      if (slots != nullptr) slots->Release();
+    };
+    started = absl::Now();
+    if (bars) console_->StartRound(slot, name_, round);
     metrics = trainer_->Train(absl::MakeSpan(update.delta), plan,
                               task.run_validation(), progress);
+    if (bars) console_->EndRound(slot);
   }
   update.train_time = absl::Now() - started;
+  update.epochs = std::max(1, plan.epochs());
   if (!metrics.ok()) {
     return absl::Status(metrics.status().code(),
                         absl::StrCat(name_, ": round ", round, ": training: ",
@@ -529,19 +547,23 @@ absl::Status Agent::Push() {
     ++summary_.rounds_trained;
     summary_.bytes_sent += bytes;
     summary_.last_train = update.metrics;
+    if (console_ != nullptr && !console_->round_lines())
+      return absl::OkStatus();
     const TrainMetrics& m = update.metrics;
     const double seconds =
         std::max(absl::ToDoubleSeconds(update.train_time), 1e-9);
-    Logf(
-        "%s: round %d: loss %.4f accuracy %.4f%s; %d examples in %.2fs "
-        "(%.0f samples/s); sent %s (update %d of the round)",
-        name_, update.round, m.loss, m.accuracy,
-        m.num_validation > 0
-            ? absl::StrFormat(", validation loss %.4f accuracy %.4f",
-                              m.validation_loss, m.validation_accuracy)
-            : "",
-        m.num_examples, seconds, static_cast<double>(m.num_examples) / seconds,
-        MegaBytes(bytes), pushed->accepted_this_round());
+    ConsoleLogf(console_,
+                "%s: round %d: loss %.4f accuracy %.4f%s; %d examples x %d "
+                "epochs in %.2fs (%.0f samples/s); sent %s (update %d of the "
+                "round)",
+                name_, update.round, m.loss, m.accuracy,
+                m.num_validation > 0
+                    ? absl::StrFormat(", validation loss %.4f accuracy %.4f",
+                                      m.validation_loss, m.validation_accuracy)
+                    : "",
+                m.num_examples, update.epochs, seconds,
+                static_cast<double>(m.num_examples) * update.epochs / seconds,
+                MegaBytes(bytes), pushed->accepted_this_round());
     return absl::OkStatus();
   }
   if (stopping()) return Stopped();
@@ -550,8 +572,9 @@ absl::Status Agent::Push() {
     NoteContact(Op::kPush);
     update.pending = false;
     ++summary_.updates_rejected;
-    Logf("%s: round %d: update not counted, the round moved on (%s)", name_,
-         update.round, error.ToString());
+    ConsoleLogf(console_,
+                "%s: round %d: update not counted, the round moved on (%s)",
+                name_, update.round, error.ToString());
     return absl::OkStatus();
   }
   // Keep the update for a coordinator that comes back; anything else it
@@ -582,16 +605,17 @@ absl::Status Agent::Evaluate(const CoordinatorClient::ReceivedTask& received) {
     NoteContact(Op::kReport);
     summary_.evaluated = true;
     summary_.last_eval = *metrics;
-    Logf("%s: evaluation %d: test loss %.4f accuracy %.4f on %d examples",
-         name_, attempt, metrics->loss, metrics->accuracy,
-         metrics->num_examples);
+    ConsoleLogf(
+        console_,
+        "%s: evaluation %d: test loss %.4f accuracy %.4f on %d examples", name_,
+        attempt, metrics->loss, metrics->accuracy, metrics->num_examples);
     return absl::OkStatus();
   }
   if (stopping()) return Stopped();
   if (RoundMovedOn(reported.code())) {
     NoteContact(Op::kReport);
-    Logf("%s: evaluation %d: report not counted (%s)", name_, attempt,
-         reported.ToString());
+    ConsoleLogf(console_, "%s: evaluation %d: report not counted (%s)", name_,
+                attempt, reported.ToString());
     return absl::OkStatus();
   }
   return Recover(Op::kReport, reported);

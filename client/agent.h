@@ -17,7 +17,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "client/coordinator_client.h"
+#include "client/progress.h"
 #include "client/trainer.h"
+#include "client/training_slots.h"
 #include "fedlearn/v1/coordinator.pb.h"
 
 namespace fedlearn {
@@ -61,6 +63,17 @@ struct AgentOptions {
   int max_repeated_errors = 3;
   // Seed of the backoff jitter (0: unpredictable).
   uint64_t jitter_seed = 0;
+
+  // Where the agent shows its training progress and writes its log lines
+  // (--progress); may be shared by the agents of a process, each with its own
+  // `progress_slot`. Null: log lines go to Logf and nothing shows progress
+  // (as --progress=plain).
+  std::shared_ptr<ProgressConsole> progress;
+  int progress_slot = 0;
+
+  // Shared by the agents of a process to take turns at training (see
+  // TrainingSlots); null: the agent trains as soon as it has a task.
+  std::shared_ptr<TrainingSlots> training_slots;
 };
 
 // What one agent did over a run, returned by Agent::Run.
@@ -133,6 +146,7 @@ class Agent {
     v1::UpdateHeader header;
     TrainMetrics metrics;
     absl::Duration train_time;
+    int epochs = 1;  // local epochs of the plan: each saw every example
     bool pending = false;
   };
 
@@ -160,8 +174,9 @@ class Agent {
 
   const AgentOptions options_;
   const TrainerFactory trainer_factory_;
-  const std::string name_;    // for log lines and messages
-  const std::string target_;  // the coordinator, for messages
+  ProgressConsole* const console_;  // options_.progress; may be null
+  const std::string name_;          // for log lines and messages
+  const std::string target_;        // the coordinator, for messages
   std::shared_ptr<grpc::Channel> channel_;
   // Cuts short calls the Run thread makes (over a MakeCoordinatorChannel
   // channel) once Stop() is called. Thread-safe.

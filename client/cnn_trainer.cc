@@ -56,9 +56,18 @@ class CnnTrainer final : public Trainer {
     const int64_t batches_per_epoch = (n + batch - 1) / batch;
     const int64_t total = batches_per_epoch * plan.epochs();
     double loss_sum = 0;
-    int64_t correct = 0, seen = 0, done = 0;
+    int64_t correct = 0, seen = 0;
+    TrainProgress at;
+    at.total = total;
+    at.epochs = plan.epochs();
+    at.epoch_batches = batches_per_epoch;
     for (int epoch = 0; epoch < plan.epochs(); ++epoch) {
       Shuffle(&train_index_);
+      double epoch_loss = 0;
+      int64_t epoch_correct = 0;
+      at.epoch = epoch + 1;
+      at.epoch_batches_done = 0;
+      at.epoch_examples_done = 0;
       for (int64_t start = 0; start < n; start += batch) {
         const int size = static_cast<int>(std::min<int64_t>(batch, n - start));
         LoadBatch(train_, train_index_.data() + start, size);
@@ -67,7 +76,17 @@ class CnnTrainer final : public Trainer {
         loss_sum += r.loss_sum;
         correct += r.correct;
         seen += size;
-        if (progress) progress(++done, total);
+        if (progress) {
+          epoch_loss += r.loss_sum;
+          epoch_correct += r.correct;
+          ++at.done;
+          ++at.epoch_batches_done;
+          at.epoch_examples_done += size;
+          at.loss = epoch_loss / at.epoch_examples_done;
+          at.accuracy =
+              static_cast<double>(epoch_correct) / at.epoch_examples_done;
+          progress(at);
+        }
       }
     }
     std::copy(net_->parameters().begin(), net_->parameters().end(),

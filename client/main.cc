@@ -27,6 +27,7 @@
 #include "absl/time/time.h"
 #include "client/agent.h"
 #include "client/cnn_trainer.h"
+#include "client/progress.h"
 #include "common/flags.h"
 #include "common/idx.h"
 #include "common/log.h"
@@ -66,11 +67,19 @@ ABSL_FLAG(absl::Duration, reconnect_timeout, absl::Minutes(10),
 ABSL_FLAG(std::string, name, "",
           "display name; empty: the host name. Each agent appends -pI, I its "
           "partition, unless --name is set and --agents=1");
+ABSL_FLAG(int, training_slots, 0,
+          "agents of this process that train at the same time, the others "
+          "waiting their turn (0: hardware threads / --threads)");
 ABSL_FLAG(int, threads, 0,
           "compute threads per agent; 0: hardware threads / --agents, at "
           "least 1");
 ABSL_FLAG(bool, heartbeat, true,
           "send heartbeats with training progress to the coordinator");
+ABSL_FLAG(std::string, progress, "auto",
+          "how training progress is shown on stderr: bar (a progress bar per "
+          "local epoch; with several agents one combined line), plain (one "
+          "log line per round), none (no per-round line either), auto (bar "
+          "on a terminal, else plain)");
 
 namespace fedlearn {
 namespace {
@@ -163,6 +172,9 @@ int Run() {
   const int first = absl::GetFlag(FLAGS_partition_index);
   const uint64_t seed = absl::GetFlag(FLAGS_seed);
   if (agents < 1) return Fail(kExitUsage, "--agents must be at least 1");
+  if (absl::GetFlag(FLAGS_training_slots) < 0) {
+    return Fail(kExitUsage, "--training_slots must be >= 0 (0: automatic)");
+  }
   if (absl::GetFlag(FLAGS_num_partitions) < 0)
     return Fail(kExitUsage, "--num_partitions must be >= 0 (0: --agents)");
   if (first < 0 || first + agents > num_partitions) {
@@ -177,6 +189,12 @@ int Run() {
   if (!scheme.ok()) {
     return Fail(kExitUsage,
                 absl::StrCat("--partition: ", scheme.status().message()));
+  }
+  absl::StatusOr<ProgressMode> progress_mode =
+      ParseProgressMode(absl::GetFlag(FLAGS_progress));
+  if (!progress_mode.ok()) {
+    return Fail(kExitUsage,
+                absl::StrCat("--progress: ", progress_mode.status().message()));
   }
   const std::string data_dir = absl::GetFlag(FLAGS_data_dir);
   std::error_code error;
@@ -218,11 +236,23 @@ int Run() {
           ? absl::GetFlag(FLAGS_threads)
           : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
                             agents);
+  // Agents beyond the cores take turns rather than thrash each other's caches.
+  const int training_slots =
+      absl::GetFlag(FLAGS_training_slots) > 0
+          ? absl::GetFlag(FLAGS_training_slots)
+          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
+                            threads);
+  auto turns = std::make_shared<TrainingSlots>(training_slots);
   const std::string address = absl::GetFlag(FLAGS_coordinator);
   const absl::Duration max_backoff = absl::GetFlag(FLAGS_max_backoff);
   // One channel for all: one connection, and Stop() can cut calls short.
   std::shared_ptr<grpc::Channel> channel =
       MakeCoordinatorChannel(address, max_backoff);
+  // Logs and progress share stderr, so the terminal test is on stderr.
+  ProgressConsole::Options console_options;
+  console_options.mode = ResolveProgressMode(*progress_mode, STDERR_FILENO);
+  console_options.agents = agents;
+  auto console = std::make_shared<ProgressConsole>(std::move(console_options));
   for (Slot& slot : slots) {
     AgentOptions options;
     options.coordinator = address;
@@ -234,7 +264,11 @@ int Run() {
     options.max_backoff = max_backoff;
     options.reconnect_timeout = absl::GetFlag(FLAGS_reconnect_timeout);
     options.heartbeat = absl::GetFlag(FLAGS_heartbeat);
-    Logf(
+    options.progress = console;
+    options.progress_slot = static_cast<int>(&slot - slots.data());
+    if (agents > training_slots) options.training_slots = turns;
+    ConsoleLogf(
+        console.get(),
         "%s: partition %d of %d (%s): %d train and %d test examples, %d "
         "thread(s), coordinator %s",
         slot.name, slot.partition, num_partitions,
@@ -281,15 +315,15 @@ int Run() {
     if (sig != SIGINT && sig != SIGTERM) continue;
     const int code = sig == SIGTERM ? 0 : 128 + sig;
     if (signalled.has_value()) {
-      Logf("signal %d again: exiting at once", sig);
+      ConsoleLogf(console.get(), "signal %d again: exiting at once", sig);
       std::fflush(stdout);
       _exit(code);
     }
     signalled = code;
-    Logf(
-        "signal %d: stopping the agents (a round in training finishes "
-        "first; signal again to exit at once)",
-        sig);
+    ConsoleLogf(console.get(),
+                "signal %d: stopping the agents (a round in training finishes "
+                "first; signal again to exit at once)",
+                sig);
     for (Slot& slot : slots) slot.agent->Stop();
   }
   for (Slot& slot : slots) slot.thread.join();

@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -30,6 +31,7 @@ namespace fedlearn {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr absl::Duration kWait = absl::Seconds(30);  // upper bound, never slept
 constexpr uint64_t kModelSeed = 7;
@@ -420,6 +422,73 @@ TEST_F(AgentTest, HeartbeatsReportProgressWhileTraining) {
   const AgentSummary summary = Done(agent);
   EXPECT_TRUE(seen) << "the coordinator never saw the progress";
   EXPECT_EQ(summary.rounds_trained, 1);
+}
+
+TEST_F(AgentTest, ProgressConsoleShowsBarsAndCarriesTheLogLines) {
+  Start(SmallRun());
+  Script script;
+  script.on_train = [](int, const ProgressFn& progress) {
+    TrainProgress p;
+    p.epochs = 1;
+    p.epoch = 1;
+    p.epoch_batches = 2;
+    p.total = 2;
+    for (int b = 1; b <= 2; ++b) {
+      p.done = p.epoch_batches_done = b;
+      p.epoch_examples_done = 10 * b;
+      progress(p);
+    }
+  };
+  auto out = std::make_shared<std::string>();
+  auto mu = std::make_shared<absl::Mutex>();
+  ProgressConsole::Options console;
+  console.mode = ProgressMode::kBar;
+  console.write = [out, mu](absl::string_view text) {
+    absl::MutexLock lock(mu.get());
+    absl::StrAppend(out.get(), text);
+  };
+  console.log = [out, mu](const std::string& line) {
+    absl::MutexLock lock(mu.get());
+    absl::StrAppend(out.get(), "LOG ", line, "\n");
+  };
+  console.width = [] { return 100; };
+  AgentOptions options = Options("barred");
+  options.progress = std::make_shared<ProgressConsole>(std::move(console));
+  AgentThread agent(std::move(options), FakeFactory(script));
+  Done(agent);
+  absl::MutexLock lock(mu.get());
+  EXPECT_THAT(*out, HasSubstr("\rbarred round 1 epoch 1/1 ["));
+  // The epoch's bar ends its line before the round's line is logged.
+  EXPECT_THAT(*out, HasSubstr("100%"));
+  EXPECT_THAT(*out, ::testing::ContainsRegex(
+                        "100%[^\n]*\n(LOG [^\n]*\n)*LOG barred: round 1: "
+                        "loss 1.0000 accuracy 0.5000"));
+  EXPECT_THAT(*out, HasSubstr("LOG barred: joined"));
+}
+
+TEST_F(AgentTest, ProgressNoneDropsOnlyTheRoundLines) {
+  Start(SmallRun());
+  auto out = std::make_shared<std::string>();
+  auto mu = std::make_shared<absl::Mutex>();
+  ProgressConsole::Options console;
+  console.mode = ProgressMode::kNone;
+  console.write = [out, mu](absl::string_view text) {
+    absl::MutexLock lock(mu.get());
+    absl::StrAppend(out.get(), text);
+  };
+  console.log = [out, mu](const std::string& line) {
+    absl::MutexLock lock(mu.get());
+    absl::StrAppend(out.get(), "LOG ", line, "\n");
+  };
+  AgentOptions options = Options("quiet");
+  options.progress = std::make_shared<ProgressConsole>(std::move(console));
+  AgentThread agent(std::move(options), FakeFactory(Script()));
+  EXPECT_EQ(Done(agent).rounds_trained, 1);
+  absl::MutexLock lock(mu.get());
+  EXPECT_THAT(*out, Not(HasSubstr("quiet: round 1:")));
+  EXPECT_THAT(*out, HasSubstr("LOG quiet: joined"));
+  EXPECT_THAT(*out, HasSubstr("LOG quiet: evaluation"));
+  EXPECT_THAT(*out, Not(HasSubstr("\r")));
 }
 
 TEST_F(AgentTest, UpdateForAClosedRoundIsNotFatal) {
