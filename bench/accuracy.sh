@@ -9,7 +9,15 @@
 # epoch-0 rows must agree; shuffling and dropout masks differ between the two.
 #
 # Usage: bench/accuracy.sh [--fashion] [--epochs N] [--batch_size B] [--threads T]
-#   --fashion  also train on data/fashion-mnist (60,000 / 10,000; several minutes per side)
+#                          [--input_norm preset|none|train|MEAN,STD] [--lr_decay G] [--seed S]
+#   --fashion     also train on data/fashion-mnist (60,000 / 10,000; several minutes per side)
+#   --input_norm  input scaling on both sides. preset (the default): what the coordinator's
+#                 --input_norm puts in the plan for that data set (mnist 0.1307,0.3081;
+#                 fashion-mnist 0.2860,0.3530); none: pixel / 255; train: the train
+#                 split's own pixel mean and std; or MEAN,STD
+#   --lr_decay    learning rate multiplier after every epoch on both sides (default 1)
+#   --seed        initial weights, shuffling and dropout (default 1): single runs differ by
+#                 a few tenths of a percent between seeds
 # Environment: BUILD_DIR (default build-bench).
 # Last line: fedlearn_acc=<x> pytorch_acc=<x> (final-epoch test accuracy on mnist).
 set -euo pipefail
@@ -17,14 +25,18 @@ cd "$(dirname "$0")/.."
 build="${BUILD_DIR:-build-bench}"
 python=/usr/bin/python3  # Debian's torch is for Debian's python
 
-fashion=0 epochs=5 batch_size=10 threads=1
+fashion=0 epochs=5 batch_size=10 threads=1 input_norm=preset lr_decay=1 seed=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --fashion) fashion=1 ;;
     --epochs) epochs=$2; shift ;;
     --batch_size) batch_size=$2; shift ;;
     --threads) threads=$2; shift ;;
-    *) echo "usage: $0 [--fashion] [--epochs N] [--batch_size B] [--threads T]" >&2; exit 2 ;;
+    --input_norm) input_norm=$2; shift ;;
+    --lr_decay) lr_decay=$2; shift ;;
+    --seed) seed=$2; shift ;;
+    *) echo "usage: $0 [--fashion] [--epochs N] [--batch_size B] [--threads T]" \
+         "[--input_norm preset|none|train|MEAN,STD] [--lr_decay G] [--seed S]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -55,15 +67,24 @@ echo "== OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are UNSET for both sides;" \
 # --- Train both sides on one data set; prints the per-epoch table ---------------------------
 # Leaves the final test accuracies in $tmp/<dataset>.final ("<fedlearn> <pytorch>").
 compare() {
-  local d=$1
+  local d=$1 norm=$input_norm
+  if [ "$norm" = preset ]; then
+    case "$d" in
+      mnist) norm=0.1307,0.3081 ;;
+      fashion-mnist) norm=0.2860,0.3530 ;;
+    esac
+  fi
   echo
-  echo "== $d: $epochs epochs, batch $batch_size, Adadelta(lr=1.0, rho=0.95, eps=1e-7)"
+  echo "== $d: $epochs epochs, batch $batch_size, Adadelta(lr=1.0, rho=0.95, eps=1e-7)," \
+    "lr x$lr_decay per epoch, --input_norm=$norm"
   "${clean_env[@]}" "$build/bench/central_train" --data_dir="data/$d" --epochs="$epochs" \
-    --batch_size="$batch_size" --threads="$threads" --seed=1 --init_out="$tmp/$d.init.f32" \
+    --batch_size="$batch_size" --threads="$threads" --seed="$seed" --init_out="$tmp/$d.init.f32" \
+    --input_norm="$norm" --lr_decay="$lr_decay" \
     | tee "$tmp/$d.fedlearn.jsonl"
   "${peer_env[@]}" "$python" bench/peers/train_pytorch.py --mode=accuracy --data_dir="data/$d" \
-    --epochs="$epochs" --batch_size="$batch_size" --threads="$threads" --seed=1 \
-    --init_weights="$tmp/$d.init.f32" | tee "$tmp/$d.pytorch.jsonl"
+    --epochs="$epochs" --batch_size="$batch_size" --threads="$threads" --seed="$seed" \
+    --init_weights="$tmp/$d.init.f32" --input_norm="$norm" --lr_decay="$lr_decay" \
+    | tee "$tmp/$d.pytorch.jsonl"
   "$python" - "$tmp/$d.fedlearn.jsonl" "$tmp/$d.pytorch.jsonl" "$tmp/$d.final" <<'PY'
 import json, sys
 

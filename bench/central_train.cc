@@ -10,6 +10,8 @@
 // Glorot-uniform initialisation, as the coordinator makes them) as raw
 // little-endian float32 in the wire order, which is PyTorch's state_dict order
 // and layout, so the PyTorch peer can start from the same weights.
+// --input_norm and --lr_decay (both also in the peer) try other recipes than
+// the seed's: standardised inputs and a per-epoch learning-rate decay.
 
 #include <cstdio>
 #include <string>
@@ -18,7 +20,10 @@
 
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/cnn_trainer.h"
@@ -34,6 +39,13 @@ ABSL_FLAG(int, epochs, 5, "epochs; the test set is evaluated after each");
 ABSL_FLAG(int, batch_size, 10, "mini-batch size");
 ABSL_FLAG(std::string, optimizer, "adadelta", "adadelta, sgd, momentum, adam");
 ABSL_FLAG(double, learning_rate, 1.0, "learning rate (Adadelta: 1.0)");
+ABSL_FLAG(
+    double, lr_decay, 1.0,
+    "learning rate multiplier after every epoch (PyTorch's StepLR gamma)");
+ABSL_FLAG(std::string, input_norm, "none",
+          "input scaling, for training and testing: none (pixel / 255, the "
+          "seed's), train (standardised with the train split's pixel mean "
+          "and std) or MEAN,STD ((pixel / 255 - MEAN) / STD)");
 ABSL_FLAG(int, threads, 1, "compute threads");
 ABSL_FLAG(uint64_t, seed, 1,
           "seed of the initial weights, the shuffling and dropout");
@@ -57,6 +69,21 @@ absl::Status WriteFloats(const std::string& path,
   return absl::OkStatus();
 }
 
+// --input_norm as the mean and std the trainer standardises with.
+absl::StatusOr<PixelStats> ParseInputNorm(absl::string_view flag,
+                                          const Dataset& train) {
+  if (flag == "none") return PixelStats{0.0f, 1.0f};
+  if (flag == "train") return ComputePixelStats(train);
+  const std::vector<absl::string_view> parts = absl::StrSplit(flag, ',');
+  PixelStats stats;
+  if (parts.size() != 2 || !absl::SimpleAtof(parts[0], &stats.mean) ||
+      !absl::SimpleAtof(parts[1], &stats.std) || !(stats.std > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--input_norm=", flag, ": want none, train or MEAN,STD with STD > 0"));
+  }
+  return stats;
+}
+
 absl::Status Run() {
   const std::string dir = absl::GetFlag(FLAGS_data_dir);
   CnnTrainerOptions options;
@@ -65,6 +92,12 @@ absl::Status Run() {
   FEDLEARN_ASSIGN_OR_RETURN(options.test, LoadMnistDir(dir, /*train=*/false));
   options.seed = absl::GetFlag(FLAGS_seed);
   options.threads = absl::GetFlag(FLAGS_threads);
+  FEDLEARN_ASSIGN_OR_RETURN(
+      const PixelStats norm,
+      ParseInputNorm(absl::GetFlag(FLAGS_input_norm), options.train));
+  options.input_mean = norm.mean;
+  options.input_std = norm.std;
+  const float input_mean = norm.mean, input_std = norm.std;
   const int64_t train_size = options.train.size();
   const int64_t test_size = options.test.size();
 
@@ -91,11 +124,12 @@ absl::Status Run() {
   std::printf(
       "{\"side\":\"fedlearn\",\"event\":\"start\",\"data_dir\":\"%s\","
       "\"train_examples\":%lld,\"test_examples\":%lld,\"parameters\":%lld,"
-      "\"threads\":%d,\"batch_size\":%d}\n",
+      "\"threads\":%d,\"batch_size\":%d,\"input_mean\":%.4f,"
+      "\"input_std\":%.4f,\"lr_decay\":%g}\n",
       dir.c_str(), static_cast<long long>(train_size),
       static_cast<long long>(test_size),
       static_cast<long long>(spec.num_parameters), absl::GetFlag(FLAGS_threads),
-      plan.batch_size());
+      plan.batch_size(), input_mean, input_std, absl::GetFlag(FLAGS_lr_decay));
   std::fflush(stdout);
   const absl::Time start = absl::Now();
   {
@@ -123,6 +157,8 @@ absl::Status Run() {
         absl::ToDoubleSeconds(now - epoch_start),
         absl::ToDoubleSeconds(now - start));
     std::fflush(stdout);
+    plan.set_learning_rate(plan.learning_rate() *
+                           static_cast<float>(absl::GetFlag(FLAGS_lr_decay)));
   }
   return absl::OkStatus();
 }

@@ -30,6 +30,8 @@ class CnnTrainer final : public Trainer {
         train_(std::move(options.train)),
         test_(std::move(options.test)),
         rng_(options.seed),
+        input_scale_(1.0f / (255.0f * options.input_std)),
+        input_shift_(-options.input_mean / options.input_std),
         threads_(std::max(1, options.threads)) {}
 
   absl::StatusOr<TrainMetrics> Train(absl::Span<float> weights,
@@ -120,14 +122,21 @@ class CnnTrainer final : public Trainer {
   }
 
  private:
+  // A new optimizer when the plan names another one; a new learning rate alone
+  // keeps the optimizer's state (as a learning-rate schedule does).
   absl::Status PrepareOptimizer(const v1::TrainingPlan& plan) {
-    const std::string key =
-        absl::StrCat(plan.optimizer(), "/", plan.learning_rate());
-    if (optimizer_ != nullptr && key == optimizer_key_) return absl::OkStatus();
+    if (optimizer_ != nullptr && plan.optimizer() == optimizer_name_) {
+      if (!(plan.learning_rate() > 0)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "plan: learning rate ", plan.learning_rate(), " must be > 0"));
+      }
+      optimizer_->SetLearningRate(plan.learning_rate());
+      return absl::OkStatus();
+    }
     FEDLEARN_ASSIGN_OR_RETURN(
         optimizer_, nn::MakeOptimizer(plan.optimizer(), plan.learning_rate(),
                                       net_->parameters().size()));
-    optimizer_key_ = key;
+    optimizer_name_ = plan.optimizer();
     return absl::OkStatus();
   }
 
@@ -160,11 +169,11 @@ class CnnTrainer final : public Trainer {
     const int64_t pixels = data.pixels_per_image();
     images_.resize(static_cast<size_t>(size) * pixels);
     labels_.resize(size);
-    constexpr float kScale = 1.0f / 255.0f;
+    const float scale = input_scale_, shift = input_shift_;
     for (int b = 0; b < size; ++b) {
       const uint8_t* src = data.image(index[b]);
       float* dst = images_.data() + b * pixels;
-      for (int64_t p = 0; p < pixels; ++p) dst[p] = src[p] * kScale;
+      for (int64_t p = 0; p < pixels; ++p) dst[p] = src[p] * scale + shift;
       labels_[b] = data.labels[index[b]];
     }
   }
@@ -194,9 +203,11 @@ class CnnTrainer final : public Trainer {
   Dataset train_;
   Dataset test_;
   std::mt19937_64 rng_;
+  const float input_scale_;  // pixel byte -> input: p * scale + shift
+  const float input_shift_;
   const int threads_;
   std::unique_ptr<nn::Optimizer> optimizer_;
-  std::string optimizer_key_;
+  std::string optimizer_name_;
   float split_fraction_ = -1;
   std::vector<int64_t> train_index_;
   std::vector<int64_t> validation_index_;
@@ -205,6 +216,16 @@ class CnnTrainer final : public Trainer {
 };
 
 }  // namespace
+
+void SetInputNorm(const v1::TrainingPlan& plan, CnnTrainerOptions* options) {
+  if (plan.input_std() > 0) {
+    options->input_mean = plan.input_mean();
+    options->input_std = plan.input_std();
+  } else {
+    options->input_mean = 0.0f;
+    options->input_std = 1.0f;
+  }
+}
 
 absl::StatusOr<std::unique_ptr<Trainer>> MakeCnnTrainer(
     CnnTrainerOptions options) {
@@ -216,6 +237,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> MakeCnnTrainer(
   }
   if (options.train.size() == 0)
     return absl::InvalidArgumentError("no training data");
+  if (!(options.input_std > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("input_std ", options.input_std, " must be > 0"));
+  }
   FEDLEARN_ASSIGN_OR_RETURN(std::unique_ptr<nn::Network> net,
                             nn::Network::Create(options.model, options.seed));
   return std::make_unique<CnnTrainer>(std::move(net), std::move(options));

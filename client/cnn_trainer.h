@@ -17,7 +17,16 @@ struct CnnTrainerOptions {
   Dataset test;       // local test split, for EVALUATE
   uint64_t seed = 1;  // shuffling, dropout and the validation split
   int threads = 1;    // compute threads this trainer may use
+  // Input scaling, for training and evaluation alike: a pixel byte p becomes
+  // (p / 255 - input_mean) / input_std. The defaults give [0, 1].
+  float input_mean = 0.0f;
+  float input_std = 1.0f;
 };
+
+// Sets `options`' input scaling to the run's plan (TrainingPlan.input_mean and
+// input_std; input_std 0 keeps p / 255): every client of a run, and whatever
+// judges its model, must scale inputs alike.
+void SetInputNorm(const v1::TrainingPlan& plan, CnnTrainerOptions* options);
 
 // The Trainer of the registry's models (mnist_cnn, fedavg_cnn, mlp_2nn), in C++
 // with Eigen. NOT_FOUND for an unknown model; INVALID_ARGUMENT for images that

@@ -288,6 +288,7 @@ int Run() {
           Mix(seed ^ Mix(joined.plan().seed() ^
                          Mix(static_cast<uint64_t>(data->partition))));
       trainer.threads = threads;
+      SetInputNorm(joined.plan(), &trainer);
       return MakeCnnTrainer(std::move(trainer));
     };
     slot.agent =

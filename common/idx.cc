@@ -3,7 +3,10 @@
 #include <zlib.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -367,6 +370,25 @@ Dataset Subset(const Dataset& data, absl::Span<const int64_t> indices) {
     out.labels[i] = data.labels[static_cast<size_t>(indices[i])];
   }
   return out;
+}
+
+PixelStats ComputePixelStats(const Dataset& data) {
+  PixelStats stats;
+  if (data.pixels.empty()) return stats;
+  // Exact integer sums over a histogram: the same result on any machine.
+  std::array<int64_t, 256> histogram = {};
+  for (const uint8_t p : data.pixels) ++histogram[p];
+  double sum = 0, sum_sq = 0;
+  for (int v = 0; v < 256; ++v) {
+    sum += static_cast<double>(histogram[v]) * v;
+    sum_sq += static_cast<double>(histogram[v]) * v * v;
+  }
+  const double n = static_cast<double>(data.pixels.size());
+  const double mean = sum / n;
+  const double variance = std::max(0.0, sum_sq / n - mean * mean);
+  stats.mean = static_cast<float>(mean / 255.0);
+  stats.std = static_cast<float>(std::max(1e-6, std::sqrt(variance) / 255.0));
+  return stats;
 }
 
 }  // namespace fedlearn

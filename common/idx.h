@@ -68,6 +68,16 @@ absl::StatusOr<Dataset> LoadMnistDir(const std::string& dir, bool train,
 // client's partition as a dataset of its own.
 Dataset Subset(const Dataset& data, absl::Span<const int64_t> indices);
 
+// Mean and (population) standard deviation of the pixels of `data` scaled to
+// [0, 1] (byte / 255), over every pixel of every example: what a trainer
+// standardises its inputs with. {0, 1} for an empty dataset; std is at least
+// 1e-6, so dividing by it is safe even for a constant dataset.
+struct PixelStats {
+  float mean = 0.0f;
+  float std = 1.0f;
+};
+PixelStats ComputePixelStats(const Dataset& data);
+
 // Writes `data` as an uncompressed IDX image file and label file, replacing
 // any existing files. INVALID_ARGUMENT if the dataset is inconsistent
 // (pixels.size() != size() * rows * cols, a non-positive or over-2^31

@@ -100,14 +100,7 @@ class CoordinatorService::TaskWriter final
       header->set_payload_bytes(chunks_->total_bytes());
     }
     if (task_.type == v1::TASK_TYPE_TRAIN) {
-      const CoordinatorOptions& o = rounds_->options();
-      v1::TrainingPlan* plan = header->mutable_plan();
-      plan->set_epochs(o.epochs);
-      plan->set_batch_size(o.batch_size);
-      plan->set_optimizer(o.optimizer);
-      plan->set_learning_rate(static_cast<float>(o.learning_rate));
-      plan->set_validation_fraction(static_cast<float>(o.validation_fraction));
-      plan->set_seed(o.seed);
+      *header->mutable_plan() = rounds_->options().Plan();
     }
     StartWrite(&message_);
   }

@@ -8,7 +8,9 @@
 #include <string>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/flags.h"
 #include "common/log.h"
 #include "common/signals.h"
@@ -56,6 +58,10 @@ ABSL_FLAG(
 ABSL_FLAG(std::string, state_dir, "",
           "save the run here after every aggregation and resume from it on "
           "restart (empty: not saved)");
+ABSL_FLAG(std::string, input_norm, "mnist",
+          "training plan: input standardisation, (p/255 - mean) / std: mnist "
+          "(0.1307,0.3081), fashion-mnist (0.2860,0.3530), MEAN,STD, or none "
+          "(p/255)");
 ABSL_FLAG(std::string, join_token, "",
           "secret a client must present to join (empty: none)");
 ABSL_FLAG(int, max_clients, 10000, "most clients that may join");
@@ -77,8 +83,33 @@ ABSL_FLAG(absl::Duration, done_grace, absl::Seconds(10),
 namespace fedlearn {
 namespace {
 
-CoordinatorOptions OptionsFromFlags() {
+// --input_norm: a data set's name, "MEAN,STD" or "none".
+bool ParseInputNorm(absl::string_view text, double* mean, double* std) {
+  if (text == "none") {
+    *mean = 0;
+    *std = 0;
+  } else if (text == "mnist") {
+    *mean = 0.1307;
+    *std = 0.3081;
+  } else if (text == "fashion-mnist") {
+    *mean = 0.2860;
+    *std = 0.3530;
+  } else {
+    const std::vector<absl::string_view> parts = absl::StrSplit(text, ',');
+    return parts.size() == 2 && absl::SimpleAtod(parts[0], mean) &&
+           absl::SimpleAtod(parts[1], std) && *std > 0;
+  }
+  return true;
+}
+
+absl::StatusOr<CoordinatorOptions> OptionsFromFlags() {
   CoordinatorOptions o;
+  if (!ParseInputNorm(absl::GetFlag(FLAGS_input_norm), &o.input_mean,
+                      &o.input_std)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--input_norm=", absl::GetFlag(FLAGS_input_norm),
+        ": expected mnist, fashion-mnist, none or MEAN,STD with STD > 0"));
+  }
   o.model = absl::GetFlag(FLAGS_model);
   o.seed = absl::GetFlag(FLAGS_seed);
   o.min_clients = absl::GetFlag(FLAGS_min_clients);
@@ -115,7 +146,13 @@ int Run() {
 
   const std::string address =
       absl::StrCat(absl::GetFlag(FLAGS_bind), ":", absl::GetFlag(FLAGS_port));
-  auto server = CoordinatorServer::Start(OptionsFromFlags(), address);
+  absl::StatusOr<CoordinatorOptions> options = OptionsFromFlags();
+  if (!options.ok()) {
+    std::fprintf(stderr, "fedlearn-coordinator: %s\n",
+                 options.status().ToString().c_str());
+    return 2;
+  }
+  auto server = CoordinatorServer::Start(*options, address);
   if (!server.ok()) {
     std::fprintf(stderr, "fedlearn-coordinator: %s\n",
                  server.status().ToString().c_str());

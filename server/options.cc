@@ -43,6 +43,10 @@ absl::Status CoordinatorOptions::Validate() const {
     return Bad("optimizer", "must be adadelta, sgd, momentum or adam");
   }
   if (!(learning_rate > 0)) return Bad("learning_rate", "must be > 0");
+  if (!(input_std >= 0) || !std::isfinite(input_std) ||
+      !std::isfinite(input_mean)) {
+    return Bad("input_norm", "needs a finite mean and a std >= 0");
+  }
   if (!(validation_fraction >= 0 && validation_fraction < 1)) {
     return Bad("validation_fraction", "must be in [0, 1)");
   }
@@ -57,6 +61,19 @@ absl::Status CoordinatorOptions::Validate() const {
     return Bad("chunk_bytes", "must be in [1024, 1048576]");
   }
   return absl::OkStatus();
+}
+
+v1::TrainingPlan CoordinatorOptions::Plan() const {
+  v1::TrainingPlan plan;
+  plan.set_epochs(epochs);
+  plan.set_batch_size(batch_size);
+  plan.set_optimizer(optimizer);
+  plan.set_learning_rate(static_cast<float>(learning_rate));
+  plan.set_validation_fraction(static_cast<float>(validation_fraction));
+  plan.set_seed(seed);
+  plan.set_input_mean(static_cast<float>(input_mean));
+  plan.set_input_std(static_cast<float>(input_std));
+  return plan;
 }
 
 }  // namespace fedlearn

@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "fedlearn/v1/coordinator.pb.h"
 
 namespace fedlearn {
 
@@ -39,6 +40,10 @@ struct CoordinatorOptions {
   std::string optimizer = "adadelta";
   double learning_rate = 1.0;
   double validation_fraction = 0.1;
+  // Input standardisation (TrainingPlan.input_mean/std); input_std 0: p / 255.
+  // The default is MNIST's pixel statistics.
+  double input_mean = 0.1307;
+  double input_std = 0.3081;
 
   // Where the run is saved after every aggregation, and resumed from on a
   // restart (server/state_store.h). Empty: nothing is saved.
@@ -61,6 +66,9 @@ struct CoordinatorOptions {
 
   // Checks ranges and combinations; INVALID_ARGUMENT naming the flag.
   absl::Status Validate() const;
+
+  // The training plan these options give every client.
+  v1::TrainingPlan Plan() const;
 };
 
 }  // namespace fedlearn

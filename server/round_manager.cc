@@ -252,14 +252,7 @@ absl::StatusOr<v1::JoinResponse> RoundManager::Join(
 
   response.set_run_id(run_id_);
   *response.mutable_model() = spec_proto_;
-  v1::TrainingPlan* plan = response.mutable_plan();
-  plan->set_epochs(options_.epochs);
-  plan->set_batch_size(options_.batch_size);
-  plan->set_optimizer(options_.optimizer);
-  plan->set_learning_rate(static_cast<float>(options_.learning_rate));
-  plan->set_validation_fraction(
-      static_cast<float>(options_.validation_fraction));
-  plan->set_seed(options_.seed);
+  *response.mutable_plan() = options_.Plan();
   response.set_heartbeat_interval_ms(
       absl::ToInt64Milliseconds(options_.heartbeat_interval));
   return response;

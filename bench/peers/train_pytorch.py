@@ -248,7 +248,21 @@ def read_idx(path):
     return body.reshape(dims)
 
 
-def load_split(data_dir, train):
+def input_norm(flag, train_images):
+    """--input_norm as (mean, std), as central_train's: none, train (the train split's pixel
+    mean and std on the [0, 1] scale, common/idx.h's ComputePixelStats) or MEAN,STD."""
+    if flag == "none":
+        return 0.0, 1.0
+    if flag == "train":
+        pixels = train_images.astype(np.float64) / 255.0
+        return float(np.float32(pixels.mean())), float(np.float32(max(pixels.std(), 1e-6)))
+    mean, std = (float(v) for v in flag.split(","))
+    if not std > 0:
+        sys.exit(f"--input_norm={flag}: STD must be > 0")
+    return mean, std
+
+
+def load_images(data_dir, train):
     """As common/idx.h's LoadMnistDir: the uncompressed name wins over the .gz."""
     prefix = "train" if train else "t10k"
     arrays = []
@@ -257,9 +271,18 @@ def load_split(data_dir, train):
         if not os.path.exists(path):
             path += ".gz"
         arrays.append(read_idx(path))
-    images, labels = arrays
-    x = torch.from_numpy(images.astype(np.float32) / 255.0).unsqueeze(1)
-    return x, torch.from_numpy(labels.astype(np.int64))
+    return arrays
+
+
+def to_tensors(images, labels, mean, std):
+    """As fedlearn's CnnTrainer: (pixel / 255 - mean) / std, float32."""
+    x = (images.astype(np.float32) / 255.0 - np.float32(mean)) / np.float32(std)
+    return torch.from_numpy(x).unsqueeze(1), torch.from_numpy(labels.astype(np.int64))
+
+
+def load_split(data_dir, train):
+    """One split as tensors, pixels scaled to [0, 1] (bench/peers/fedavg_pytorch.py's)."""
+    return to_tensors(*load_images(data_dir, train), 0.0, 1.0)
 
 
 def evaluate(model, x, y, batch=50):
@@ -276,14 +299,19 @@ def evaluate(model, x, y, batch=50):
 def run_accuracy(args):
     set_threads(args.threads)
     torch.manual_seed(args.seed)
-    train_x, train_y = load_split(args.data_dir, train=True)
-    test_x, test_y = load_split(args.data_dir, train=False)
+    train_images, train_labels = load_images(args.data_dir, train=True)
+    mean, std = input_norm(args.input_norm, train_images)
+    train_x, train_y = to_tensors(train_images, train_labels, mean, std)
+    test_x, test_y = to_tensors(*load_images(args.data_dir, train=False), mean, std)
     model = make_model(args.init_weights)
     optimizer = make_optimizer(model)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=args.lr_decay)
     generator = torch.Generator().manual_seed(args.seed)
     print(json.dumps({"side": "pytorch", "event": "start", "data_dir": args.data_dir,
                       "train_examples": len(train_y), "test_examples": len(test_y),
                       "threads": args.threads, "batch_size": args.batch_size,
+                      "input_mean": round(mean, 4), "input_std": round(std, 4),
+                      "lr_decay": args.lr_decay,
                       "init": args.init_weights or "xavier_uniform (torch generator)"}),
           flush=True)
     start = time.perf_counter()
@@ -305,6 +333,7 @@ def run_accuracy(args):
             optimizer.step()
             loss_sum += loss.item() * len(y)
             correct += (logits.argmax(1) == y).sum().item()
+        scheduler.step()
         test_loss, test_acc = evaluate(model, test_x, test_y)
         now = time.perf_counter()
         print(json.dumps({"side": "pytorch", "epoch": epoch,
@@ -338,6 +367,11 @@ def main():
     accuracy.add_argument("--init_weights",
                           help="raw float32 initial weights in wire order (central_train "
                                "--init_out); default: Glorot uniform from torch's generator")
+    accuracy.add_argument("--lr_decay", type=float, default=1.0,
+                          help="learning rate multiplier after every epoch (StepLR gamma)")
+    accuracy.add_argument("--input_norm", default="none",
+                          help="none (pixel / 255), train (standardised with the train "
+                               "split's pixel mean and std) or MEAN,STD, as central_train's")
     args = parser.parse_args()
     if args.mode == "speed":
         run_speed(args)

@@ -17,8 +17,10 @@ class Sgd final : public Optimizer {
     for (size_t i = 0; i < params.size(); ++i) w[i] -= lr_ * g[i];
   }
 
+  void SetLearningRate(float lr) override { lr_ = lr; }
+
  private:
-  const float lr_;
+  float lr_;
 };
 
 // v = momentum * v - lr * g; w += v.
@@ -35,9 +37,11 @@ class Momentum final : public Optimizer {
     }
   }
 
+  void SetLearningRate(float lr) override { lr_ = lr; }
+
  private:
   static constexpr float kMomentum = 0.9f;
-  const float lr_;
+  float lr_;
   std::vector<float> velocity_;
 };
 
@@ -64,10 +68,12 @@ class Adadelta final : public Optimizer {
     }
   }
 
+  void SetLearningRate(float lr) override { lr_ = lr; }
+
  private:
   static constexpr float kRho = 0.95f;
   static constexpr float kEpsilon = 1e-7f;
-  const float lr_;
+  float lr_;
   std::vector<float> grad_sq_, delta_sq_;
 };
 
@@ -90,9 +96,11 @@ class Adam final : public Optimizer {
     }
   }
 
+  void SetLearningRate(float lr) override { lr_ = lr; }
+
  private:
   static constexpr float kBeta1 = 0.9f, kBeta2 = 0.999f, kEpsilon = 1e-7f;
-  const float lr_;
+  float lr_;
   int64_t t_ = 0;
   std::vector<float> m_, v_;
 };

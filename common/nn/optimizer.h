@@ -20,6 +20,9 @@ class Optimizer {
   // params -= update(grads). Both spans have the size given at creation.
   virtual void Step(absl::Span<float> params,
                     absl::Span<const float> grads) = 0;
+  // Changes the learning rate of later steps, keeping the per-parameter state
+  // (as a learning-rate schedule does). learning_rate > 0.
+  virtual void SetLearningRate(float learning_rate) = 0;
 };
 
 // "adadelta" (Keras: rho 0.95, epsilon 1e-7; the seed's, with learning

@@ -338,6 +338,26 @@ TEST_F(IdxTest, LoadsMnistDirectoryLayouts) {
               absl::StatusCode::kNotFound, "train-images-idx3-ubyte");
 }
 
+TEST(PixelStatsTest, MeanAndStdOfScaledPixels) {
+  Dataset data;
+  data.rows = 1;
+  data.cols = 2;
+  data.pixels = {0, 255, 0, 255};  // half 0.0, half 1.0
+  data.labels = {0, 1};
+  PixelStats stats = ComputePixelStats(data);
+  EXPECT_FLOAT_EQ(stats.mean, 0.5f);
+  EXPECT_FLOAT_EQ(stats.std, 0.5f);
+
+  data.pixels = {51, 51, 51, 51};  // constant: std is clamped, not 0
+  stats = ComputePixelStats(data);
+  EXPECT_FLOAT_EQ(stats.mean, 0.2f);
+  EXPECT_GT(stats.std, 0.0f);
+
+  stats = ComputePixelStats(Dataset());
+  EXPECT_EQ(stats.mean, 0.0f);
+  EXPECT_EQ(stats.std, 1.0f);
+}
+
 // The real data, when scripts/fetch-data.sh has prepared it.
 TEST(IdxDataTest, LoadsFetchedMnist) {
   const std::string dir = std::string(FEDLEARN_SOURCE_DIR) + "/data/mnist";

@@ -73,6 +73,7 @@ TEST(FederatedMnistTest, ThreeAgentsTrainTwoRoundsAndAccuracyRises) {
     agents.push_back(std::make_unique<Agent>(
         agent_options, [trainer](const v1::JoinResponse& joined) mutable {
           trainer.model = joined.model().name();
+          SetInputNorm(joined.plan(), &trainer);
           return MakeCnnTrainer(std::move(trainer));
         }));
   }
@@ -108,6 +109,10 @@ TEST(FederatedMnistTest, ThreeAgentsTrainTwoRoundsAndAccuracyRises) {
   CnnTrainerOptions judge;
   judge.train = Subset(*train, std::vector<int64_t>{0});
   judge.test = pooled_test;
+  v1::TrainingPlan plan;  // the coordinator's default standardisation
+  plan.set_input_mean(static_cast<float>(options.input_mean));
+  plan.set_input_std(static_cast<float>(options.input_std));
+  SetInputNorm(plan, &judge);
   auto evaluator = MakeCnnTrainer(std::move(judge));
   ASSERT_TRUE(evaluator.ok());
   const auto before = (*evaluator)->Evaluate(initial);

@@ -116,6 +116,9 @@ TEST_F(CoordinatorServiceTest, RunsFromWaitingToDone) {
       EXPECT_EQ(task.task.run_validation(), round == 2);
       EXPECT_EQ(task.task.plan().batch_size(), 10);
       EXPECT_EQ(task.task.plan().optimizer(), "adadelta");
+      // MNIST's pixel statistics standardise every client's inputs.
+      EXPECT_FLOAT_EQ(task.task.plan().input_mean(), 0.1307f);
+      EXPECT_FLOAT_EQ(task.task.plan().input_std(), 0.3081f);
       EXPECT_GT(task.task.deadline_ms(), 0);
       ASSERT_EQ(task.weights, Global());
       std::vector<float> delta(NumParameters(), 0.01f);

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -95,6 +96,37 @@ TEST(OptimizerTest, AdadeltaLearningRateScalesTheStep) {
   std::vector<float> w = kWeights;
   opt->Step(absl::MakeSpan(w), kGrad1);
   EXPECT_NEAR(w[0], 1.0 - 0.5 * 1.41420791e-3, 1e-7);
+}
+
+TEST(OptimizerTest, SetLearningRateKeepsTheState) {
+  // Two steps at lr 1, then the second step again at lr 0.5 from the same
+  // state: the second step's change halves, so the accumulators survived the
+  // change (a fresh optimizer would take another first step).
+  for (const char* name : {"sgd", "momentum", "adadelta", "adam"}) {
+    std::unique_ptr<Optimizer> full = Make(name, 1.0f);
+    std::unique_ptr<Optimizer> half = Make(name, 1.0f);
+    ASSERT_NE(full, nullptr);
+    ASSERT_NE(half, nullptr);
+    std::vector<float> w_full = kWeights, w_half = kWeights;
+    full->Step(absl::MakeSpan(w_full), kGrad1);
+    half->Step(absl::MakeSpan(w_half), kGrad1);
+    const std::vector<float> after1 = w_full;
+    full->Step(absl::MakeSpan(w_full), kGrad2);
+    half->SetLearningRate(0.5f);
+    half->Step(absl::MakeSpan(w_half), kGrad2);
+    for (int i = 0; i < 3; ++i) {
+      if (std::string(name) == "momentum") {
+        // v2 = 0.9 v1 - lr g2, and v1 was taken at lr 1: only the g2 term
+        // halves. v1 = after1 - w0.
+        const double v1 = after1[i] - kWeights[i];
+        EXPECT_NEAR(w_half[i] - after1[i], 0.9 * v1 - 0.5 * kGrad2[i], 1e-6)
+            << name << ", " << i;
+      } else {
+        EXPECT_NEAR(w_half[i] - after1[i], 0.5 * (w_full[i] - after1[i]), 1e-6)
+            << name << ", " << i;
+      }
+    }
+  }
 }
 
 TEST(OptimizerTest, Adam) {
