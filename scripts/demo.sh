@@ -50,7 +50,7 @@ trap 'exit 130' INT TERM
 start=$(date +%s.%N)
 "$build/server/fedlearn-coordinator" --port="$port" --bind=127.0.0.1 \
   --min_clients="$clients" --clients_per_round="$clients" --max_rounds="$max_rounds" \
-  --tolerance=0 --http_port="$http_port" \
+  --tolerance=0 --http_port="$http_port" --input_norm="$dataset" \
   --round_timeout=10m --eval_timeout=10m 2>"$logs/coordinator.log" &
 pids+=($!)
 coordinator=$!
