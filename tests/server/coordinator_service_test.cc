@@ -137,15 +137,7 @@ TEST_F(CoordinatorServiceTest, RunsFromWaitingToDone) {
   EXPECT_EQ(Status().stop_reason(), "max_rounds");
 
   for (auto& c : clients) {
-    auto task = NextTask(*c);
-    ASSERT_EQ(task.task.type(), v1::TASK_TYPE_EVALUATE);
-    EXPECT_EQ(task.weights, Global());
-    v1::ReportEvalRequest report;
-    report.set_round(task.task.round());
-    report.set_test_loss(0.1);
-    report.set_test_accuracy(0.9);
-    report.set_num_examples(50);
-    ASSERT_TRUE(c->ReportEval(report).ok());
+    EXPECT_EQ(testing::Evaluate(*c, 0.1, 0.9, 50).weights, Global());
   }
   ASSERT_TRUE(server_->rounds().AwaitPhase(v1::PHASE_DONE, kWait));
   for (auto& c : clients)

@@ -92,16 +92,7 @@ class HttpServerTest : public ::testing::Test {
   }
 
   void Evaluate() {
-    for (auto& c : clients_) {
-      auto task = NextTask(*c);
-      ASSERT_EQ(task.task.type(), v1::TASK_TYPE_EVALUATE);
-      v1::ReportEvalRequest report;
-      report.set_round(task.task.round());
-      report.set_test_loss(0.25);
-      report.set_test_accuracy(0.875);
-      report.set_num_examples(40);
-      ASSERT_TRUE(c->ReportEval(report).ok());
-    }
+    for (auto& c : clients_) testing::Evaluate(*c, 0.25, 0.875, 40);
     ASSERT_TRUE(server_->rounds().AwaitPhase(v1::PHASE_DONE, kWait));
   }
 

@@ -54,6 +54,23 @@ inline CoordinatorClient::ReceivedTask NextTask(CoordinatorClient& client) {
   return {};
 }
 
+// Takes the client's next task, which must be EVALUATE, and reports these
+// metrics for it. Returns the task.
+inline CoordinatorClient::ReceivedTask Evaluate(CoordinatorClient& client,
+                                                double loss, double accuracy,
+                                                int64_t examples) {
+  CoordinatorClient::ReceivedTask task = NextTask(client);
+  EXPECT_EQ(task.task.type(), v1::TASK_TYPE_EVALUATE);
+  v1::ReportEvalRequest report;
+  report.set_round(task.task.round());
+  report.set_test_loss(loss);
+  report.set_test_accuracy(accuracy);
+  report.set_num_examples(examples);
+  const absl::Status reported = client.ReportEval(report);
+  EXPECT_TRUE(reported.ok()) << reported;
+  return task;
+}
+
 }  // namespace fedlearn::testing
 
 #endif  // FEDLEARN_TESTS_SERVER_SCRIPTED_CLIENTS_H_

@@ -236,16 +236,7 @@ TEST_F(ResumeTest, FinishedRunStaysDone) {
     auto server = Start();
     ASSERT_NE(server, nullptr);
     auto clients = Train(*server, 1, 4);
-    for (auto& c : clients) {
-      auto task = NextTask(*c);
-      ASSERT_EQ(task.task.type(), v1::TASK_TYPE_EVALUATE);
-      v1::ReportEvalRequest report;
-      report.set_round(task.task.round());
-      report.set_test_loss(0.5);
-      report.set_test_accuracy(0.75);
-      report.set_num_examples(20);
-      ASSERT_TRUE(c->ReportEval(report).ok());
-    }
+    for (auto& c : clients) testing::Evaluate(*c, 0.5, 0.75, 20);
     ASSERT_TRUE(server->rounds().AwaitPhase(v1::PHASE_DONE, kWait));
   }
   auto server = Start();
