@@ -214,8 +214,13 @@ int64_t PayloadBytes(const std::vector<float>& values) {
 }  // namespace
 
 std::shared_ptr<grpc::Channel> MakeCoordinatorChannel(
-    const std::string& address, absl::Duration max_backoff) {
+    const std::string& address, absl::Duration max_backoff,
+    std::shared_ptr<grpc::ChannelCredentials> credentials,
+    const std::string& tls_server_name) {
   grpc::ChannelArguments args;
+  if (!tls_server_name.empty()) {
+    args.SetSslTargetNameOverride(tls_server_name);
+  }
   // Redial a coordinator that went away soon and then at most every
   // max_backoff, in step with the agent's own retries: a call on a channel
   // waiting out its reconnect backoff fails at once without trying.
@@ -227,9 +232,9 @@ std::shared_ptr<grpc::Channel> MakeCoordinatorChannel(
       std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
       interceptors;
   interceptors.push_back(std::make_unique<CancelInterceptorFactory>());
+  if (credentials == nullptr) credentials = grpc::InsecureChannelCredentials();
   return grpc::experimental::CreateCustomChannelWithInterceptors(
-      address, grpc::InsecureChannelCredentials(), args,
-      std::move(interceptors));
+      address, std::move(credentials), args, std::move(interceptors));
 }
 
 Agent::Agent(AgentOptions options, TrainerFactory trainer_factory)

@@ -2,6 +2,7 @@
 #define FEDLEARN_CLIENT_AGENT_H_
 
 #include <grpcpp/channel.h>
+#include <grpcpp/security/credentials.h>
 
 #include <cstdint>
 #include <functional>
@@ -100,9 +101,13 @@ using TrainerFactory = std::function<absl::StatusOr<std::unique_ptr<Trainer>>(
 // A channel to the coordinator at `address` ("HOST:PORT") for agents: calls
 // made over it can be cut short by Agent::Stop, and it redials a restarted
 // coordinator at least every `max_backoff` (gRPC's own default waits up to two
-// minutes). Several agents may share one.
+// minutes). Several agents may share one. `credentials` null: insecure;
+// `tls_server_name` overrides the name the coordinator's certificate must
+// carry (default: the host of `address`).
 std::shared_ptr<grpc::Channel> MakeCoordinatorChannel(
-    const std::string& address, absl::Duration max_backoff);
+    const std::string& address, absl::Duration max_backoff,
+    std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr,
+    const std::string& tls_server_name = "");
 
 // One federated client: joins the coordinator, then polls for tasks, trains
 // and evaluates with its Trainer, and pushes its updates until the run is

@@ -33,6 +33,7 @@
 #include "common/log.h"
 #include "common/partition.h"
 #include "common/signals.h"
+#include "common/tls.h"
 
 ABSL_FLAG(std::string, coordinator, "localhost:50051",
           "address of the coordinator, HOST:PORT");
@@ -67,6 +68,17 @@ ABSL_FLAG(absl::Duration, reconnect_timeout, absl::Minutes(10),
 ABSL_FLAG(std::string, name, "",
           "display name; empty: the host name. Each agent appends -pI, I its "
           "partition, unless --name is set and --agents=1");
+ABSL_FLAG(bool, tls, false,
+          "connect with TLS (the coordinator runs with --tls_cert/--tls_key)");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA the coordinator's certificate must chain to (empty: the "
+          "system's roots)");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate chain of this client, for mutual TLS");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_server_name, "",
+          "name the coordinator's certificate must carry (default: the host "
+          "of --coordinator)");
 ABSL_FLAG(int, training_slots, 0,
           "agents of this process that train at the same time, the others "
           "waiting their turn (0: hardware threads / --threads)");
@@ -246,8 +258,19 @@ int Run() {
   const std::string address = absl::GetFlag(FLAGS_coordinator);
   const absl::Duration max_backoff = absl::GetFlag(FLAGS_max_backoff);
   // One channel for all: one connection, and Stop() can cut calls short.
+  ClientTlsFiles tls;
+  tls.enabled = absl::GetFlag(FLAGS_tls);
+  tls.ca = absl::GetFlag(FLAGS_tls_ca);
+  tls.cert = absl::GetFlag(FLAGS_tls_cert);
+  tls.key = absl::GetFlag(FLAGS_tls_key);
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      MakeChannelCredentials(tls);
+  if (!credentials.ok()) {
+    return Fail(kExitUsage, std::string(credentials.status().message()));
+  }
   std::shared_ptr<grpc::Channel> channel =
-      MakeCoordinatorChannel(address, max_backoff);
+      MakeCoordinatorChannel(address, max_backoff, *std::move(credentials),
+                             absl::GetFlag(FLAGS_tls_server_name));
   // Logs and progress share stderr, so the terminal test is on stderr.
   ProgressConsole::Options console_options;
   console_options.mode = ResolveProgressMode(*progress_mode, STDERR_FILENO);

@@ -14,6 +14,7 @@
 #include "common/flags.h"
 #include "common/log.h"
 #include "common/signals.h"
+#include "common/tls.h"
 #include "server/coordinator_server.h"
 #include "server/http_server.h"
 #include "server/round_manager.h"
@@ -62,6 +63,11 @@ ABSL_FLAG(std::string, input_norm, "mnist",
           "training plan: input standardisation, (p/255 - mean) / std: mnist "
           "(0.1307,0.3081), fashion-mnist (0.2860,0.3530), MEAN,STD, or none "
           "(p/255)");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate chain: serve gRPC over TLS (with --tls_key)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA that client certificates must chain to: mutual TLS");
 ABSL_FLAG(std::string, join_token, "",
           "secret a client must present to join (empty: none)");
 ABSL_FLAG(int, max_clients, 10000, "most clients that may join");
@@ -152,14 +158,27 @@ int Run() {
                  options.status().ToString().c_str());
     return 2;
   }
-  auto server = CoordinatorServer::Start(*options, address);
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      MakeServerCredentials({absl::GetFlag(FLAGS_tls_cert),
+                             absl::GetFlag(FLAGS_tls_key),
+                             absl::GetFlag(FLAGS_tls_client_ca)});
+  if (!credentials.ok()) {
+    std::fprintf(stderr, "fedlearn-coordinator: %s\n",
+                 credentials.status().ToString().c_str());
+    return 2;
+  }
+  auto server =
+      CoordinatorServer::Start(*options, address, *std::move(credentials));
   if (!server.ok()) {
     std::fprintf(stderr, "fedlearn-coordinator: %s\n",
                  server.status().ToString().c_str());
     return 2;
   }
-  Logf("listening on %s (port %d)", absl::GetFlag(FLAGS_bind),
-       (*server)->port());
+  Logf("listening on %s (port %d)%s", absl::GetFlag(FLAGS_bind),
+       (*server)->port(),
+       absl::GetFlag(FLAGS_tls_cert).empty()        ? ""
+       : absl::GetFlag(FLAGS_tls_client_ca).empty() ? " with TLS"
+                                                    : " with mutual TLS");
   RoundManager& rounds = (*server)->rounds();
   std::unique_ptr<HttpServer> http;
   if (const int http_port = absl::GetFlag(FLAGS_http_port); http_port >= 0) {

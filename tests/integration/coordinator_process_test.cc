@@ -28,9 +28,8 @@ int StartCoordinator(ChildProcess& process) {
 }
 
 std::vector<std::string> Command(std::vector<std::string> flags) {
-  flags.insert(flags.begin(),
-               {FEDLEARN_COORDINATOR_BINARY, "--port=0", "--bind=127.0.0.1",
-                "--http_port=0"});
+  flags.insert(flags.begin(), {FEDLEARN_COORDINATOR_BINARY, "--port=0",
+                               "--bind=127.0.0.1", "--http_port=0"});
   return flags;
 }
 
@@ -125,6 +124,16 @@ TEST(CoordinatorProcessTest, BadFlagValueIsAClearError) {
   ChildProcess unknown_model(Command({"--model=resnet"}));
   EXPECT_EQ(unknown_model.Wait(kTimeout), 2);
   EXPECT_THAT(unknown_model.output(), HasSubstr("unknown model \"resnet\""));
+
+  ChildProcess no_cert(Command(
+      {"--tls_cert=/no/such/server.pem", "--tls_key=/no/such/server.key"}));
+  EXPECT_EQ(no_cert.Wait(kTimeout), 2);
+  EXPECT_THAT(no_cert.output(), HasSubstr("--tls_cert: cannot open "
+                                          "/no/such/server.pem"));
+
+  ChildProcess bad_norm(Command({"--input_norm=0.1"}));
+  EXPECT_EQ(bad_norm.Wait(kTimeout), 2);
+  EXPECT_THAT(bad_norm.output(), HasSubstr("--input_norm=0.1: expected"));
 }
 
 TEST(CoordinatorProcessTest, HelpListsEveryFlagWithItsDefault) {
