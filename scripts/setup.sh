@@ -2,17 +2,32 @@
 # Installs every Debian package that building, testing and the demo need.
 # Idempotent: when everything is already there it prints nothing and exits 0.
 # Works as root or through sudo.
+#   scripts/setup.sh               everything below
+#   scripts/setup.sh --build-only  only what building and the unit tests need (the
+#                                  container build stage, docker/Dockerfile)
 set -euo pipefail
 
-packages=(
+build_packages=(
   # toolchain
-  build-essential cmake ninja-build pkg-config ccache clang clang-format
+  build-essential cmake ninja-build pkg-config ccache
   # libraries
   libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   grpc-proto libabsl-dev libeigen3-dev libopenblas-dev zlib1g-dev libssl-dev
   libcpp-httplib-dev
-  # tests and benchmarks
-  libgtest-dev libgmock-dev libbenchmark-dev
+  # tests and benchmarks (openssl makes tls_test's certificates)
+  libgtest-dev libgmock-dev libbenchmark-dev openssl
+)
+
+case "${1:-}" in
+  "") ;;
+  --build-only) build_only=1 ;;
+  *) echo "usage: scripts/setup.sh [--build-only]" >&2; exit 2 ;;
+esac
+
+packages=(
+  "${build_packages[@]}"
+  # the clang build (-Wthread-safety) and formatting
+  clang clang-format
   # tools the scripts and tests call (npm for scripts/fetch-data.sh comes with
   # NodeSource's nodejs, which conflicts with Debian's npm package: fetch-data.sh
   # installs Debian's npm itself when there is no npm command)
@@ -23,6 +38,7 @@ packages=(
   # the dashboard and metrics tests: a real browser and a real Prometheus server
   chromium prometheus
 )
+if [ -n "${build_only:-}" ]; then packages=("${build_packages[@]}"); fi
 
 missing=()
 for p in "${packages[@]}"; do

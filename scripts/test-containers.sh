@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# CI's container step: docker/smoke-test.sh (image build with the unit tests inside,
+# coordinator + 3 agent containers to DONE, SIGTERM, podman kube play) when this
+# machine can run containers, else one line saying why it was skipped. Called by
+# .ci/run after scripts/test.sh.
+#
+# Without a Docker engine it installs podman and what the podman route needs (Debian
+# packages) when they are missing. Skips (exit 0, a line starting "SKIPPED") when:
+#   FEDLEARN_SKIP_CONTAINERS=1, podman cannot be installed, or podman cannot run a
+#   container here.
+# Fails when the smoke test fails or takes longer than FEDLEARN_SMOKE_TIMEOUT seconds
+# (default 1200: a cold build took 704 s on a busy 2-core machine).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+skip() { echo "SKIPPED container smoke test (docker/smoke-test.sh): $*"; exit 0; }
+
+[ "${FEDLEARN_SKIP_CONTAINERS:-0}" = 1 ] && skip "FEDLEARN_SKIP_CONTAINERS=1"
+
+. docker/common.sh
+if ! { command -v docker >/dev/null && timeout 20 docker info >/dev/null 2>&1; }; then
+  # catatonit: the pause process of pods (podman kube play).
+  packages=(podman runc debootstrap uidmap slirp4netns fuse-overlayfs catatonit)
+  missing=()
+  for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$' ||
+      missing+=("$p")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    [ "$(id -u)" -eq 0 ] || skip "not root, and missing ${missing[*]}"
+    echo "test-containers.sh: installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; } ||
+      skip "could not install ${missing[*]}"
+  fi
+  FEDLEARN_ENGINE=podman pick_engine
+  base="$(ensure_podman_base)" || skip "no base image (debootstrap or podman import failed)"
+  podman run --rm --runtime runc "$base" true >/dev/null 2>&1 ||
+    skip "podman cannot run a container on this machine"
+fi
+
+rc=0
+timeout "${FEDLEARN_SMOKE_TIMEOUT:-1200}" docker/smoke-test.sh || rc=$?
+case "$rc" in
+  0) ;;
+  77) skip "the smoke test found no engine that can run containers" ;;
+  124) echo "test-containers.sh: the smoke test took over ${FEDLEARN_SMOKE_TIMEOUT:-1200}s" >&2; exit 1 ;;
+  *) exit "$rc" ;;
+esac
