@@ -14,7 +14,6 @@
 #include <thread>
 #include <utility>
 
-#include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -489,24 +488,15 @@ absl::Status Agent::Train(CoordinatorClient::ReceivedTask received) {
     batches_total.store(p.total, std::memory_order_relaxed);
     if (bars) console_->Update(slot, p);
   };
-  absl::Time started;
+  const absl::Time started = absl::Now();
   absl::StatusOr<TrainMetrics> metrics;
   {
-    // Heartbeats go on while the agent waits for its turn to train.
     std::optional<HeartbeatLoop> heartbeat;
     if (options_.heartbeat && joined_.heartbeat_interval_ms() > 0) {
       heartbeat.emplace(channel_, client_, console_, name_, round,
                         absl::Milliseconds(joined_.heartbeat_interval_ms()),
                         &batches_done, &batches_total);
     }
-    TrainingSlots* slots = options_.training_slots.get();
-    if (slots != nullptr && !slots->Acquire([this] { return stopping(); })) {
-      return Stopped();
-    }
-    absl::Cleanup release = [slots] {
-      if (slots != nullptr) slots->Release();
-    };
-    started = absl::Now();
     if (bars) console_->StartRound(slot, name_, round);
     metrics = trainer_->Train(absl::MakeSpan(update.delta), plan,
                               task.run_validation(), progress);

@@ -20,7 +20,6 @@
 #include "client/coordinator_client.h"
 #include "client/progress.h"
 #include "client/trainer.h"
-#include "client/training_slots.h"
 #include "fedlearn/v1/coordinator.pb.h"
 
 namespace fedlearn {
@@ -71,10 +70,6 @@ struct AgentOptions {
   // (as --progress=plain).
   std::shared_ptr<ProgressConsole> progress;
   int progress_slot = 0;
-
-  // Shared by the agents of a process to take turns at training (see
-  // TrainingSlots); null: the agent trains as soon as it has a task.
-  std::shared_ptr<TrainingSlots> training_slots;
 };
 
 // What one agent did over a run, returned by Agent::Run.

@@ -79,9 +79,6 @@ ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
 ABSL_FLAG(std::string, tls_server_name, "",
           "name the coordinator's certificate must carry (default: the host "
           "of --coordinator)");
-ABSL_FLAG(int, training_slots, 0,
-          "agents of this process that train at the same time, the others "
-          "waiting their turn (0: hardware threads / --threads)");
 ABSL_FLAG(int, threads, 0,
           "compute threads per agent; 0: hardware threads / --agents, at "
           "least 1");
@@ -184,9 +181,6 @@ int Run() {
   const int first = absl::GetFlag(FLAGS_partition_index);
   const uint64_t seed = absl::GetFlag(FLAGS_seed);
   if (agents < 1) return Fail(kExitUsage, "--agents must be at least 1");
-  if (absl::GetFlag(FLAGS_training_slots) < 0) {
-    return Fail(kExitUsage, "--training_slots must be >= 0 (0: automatic)");
-  }
   if (absl::GetFlag(FLAGS_num_partitions) < 0)
     return Fail(kExitUsage, "--num_partitions must be >= 0 (0: --agents)");
   if (first < 0 || first + agents > num_partitions) {
@@ -248,13 +242,6 @@ int Run() {
           ? absl::GetFlag(FLAGS_threads)
           : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
                             agents);
-  // Agents beyond the cores take turns rather than thrash each other's caches.
-  const int training_slots =
-      absl::GetFlag(FLAGS_training_slots) > 0
-          ? absl::GetFlag(FLAGS_training_slots)
-          : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
-                            threads);
-  auto turns = std::make_shared<TrainingSlots>(training_slots);
   const std::string address = absl::GetFlag(FLAGS_coordinator);
   const absl::Duration max_backoff = absl::GetFlag(FLAGS_max_backoff);
   // One channel for all: one connection, and Stop() can cut calls short.
@@ -289,7 +276,6 @@ int Run() {
     options.heartbeat = absl::GetFlag(FLAGS_heartbeat);
     options.progress = console;
     options.progress_slot = static_cast<int>(&slot - slots.data());
-    if (agents > training_slots) options.training_slots = turns;
     ConsoleLogf(
         console.get(),
         "%s: partition %d of %d (%s): %d train and %d test examples, %d "
