@@ -1,22 +1,29 @@
 // convergence: rounds (and wall time) a real federated run needs to reach a
 // test accuracy. Starts an in-process coordinator on a loopback port and
-// --clients agents, each a thread with a real CnnTrainer on its partition of
-// data/mnist's training split, and after every round judges the new global
-// model centrally on the whole test split. bench/convergence-vs-pytorch.sh runs
-// it next to an independent FedAvg simulation in PyTorch
-// (bench/peers/fedavg_pytorch.py) on the same partition (--partitions_out) and
-// from the same initial weights (--initial_out).
+// --clients agents, each a thread with a real CnnTrainer (one compute thread)
+// on its partition of the training split of --data_dir, and after every round
+// judges the new global model centrally on the whole test split.
+// bench/convergence-vs-pytorch.sh runs it next to an independent FedAvg
+// simulation in PyTorch (bench/peers/fedavg_pytorch.py) on the same partition
+// (--partitions_out) and from the same initial weights (--initial_out).
 //
-// The run: every client in every round (min_clients = clients_per_round =
-// --clients, tolerance 0), E=1, B=10, Adadelta(lr 1.0) with each client's
-// optimizer state kept across rounds, no local validation (all local data
-// trains), FedAvg weighted by local train size. convergence_threshold is -inf,
-// so the coordinator never stops on the train loss: the run goes on until the
-// target accuracy or --rounds.
+// The run: the first round waits for all --clients to join (min_clients =
+// --clients), then every round the coordinator samples --clients_per_round of
+// them with its seed (default: all) and waits for every one (tolerance 0);
+// --model (default mnist_cnn), E=--epochs (default 1), B=10, Adadelta(lr 1.0)
+// with each client's optimizer state kept across rounds, no local validation
+// (all local data trains), FedAvg weighted by local train size.
+// convergence_threshold is -inf, so the coordinator never stops on the train
+// loss: the run goes on until the target accuracy or --rounds. The FedAvg
+// paper's setting is --clients=100 --clients_per_round=10 --epochs=5
+// --model=fedavg_cnn (bench/fedavg-paper.sh); only the 10 selected agents
+// train at a time, the others hold a poll open.
 //
 // Prints one JSON line per round on stdout:
 //   {"side":"fedlearn","round":1,"test_accuracy":...,"test_loss":...,
-//    "train_loss":...,"seconds_since_start":...}
+//    "train_loss":...,"seconds_since_start":...,"selected":[3,41,...]}
+// "selected" lists the round's sampled clients as agent indices (partition
+// indices), in sampling order, so the PyTorch peer can replay the sampling.
 // seconds_since_start counts from the agents' start to the round's close (the
 // central evaluation runs while the agents train the next round and is not
 // counted). Logs of the coordinator and agents go to stderr.
@@ -29,6 +36,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -49,7 +57,13 @@ ABSL_FLAG(std::string, data_dir, "data/mnist",
           "IDX directory (train-*/t10k-* files, raw or .gz)");
 ABSL_FLAG(std::string, partition, "iid",
           "how the training split is dealt out: iid, shards, dirichlet:ALPHA");
-ABSL_FLAG(int, clients, 10, "agents; all of them train in every round");
+ABSL_FLAG(int, clients, 10, "agents, one partition each");
+ABSL_FLAG(int, clients_per_round, 0,
+          "clients the coordinator samples for each round; 0: all of them");
+ABSL_FLAG(int, epochs, 1, "local epochs per round (E)");
+ABSL_FLAG(std::string, model, "mnist_cnn",
+          "registry model (common/model_spec.h): mnist_cnn, fedavg_cnn, "
+          "mlp_2nn");
 ABSL_FLAG(int, rounds, 40, "most rounds to run");
 ABSL_FLAG(double, target, 0.97,
           "stop once the global model's test accuracy reaches this");
@@ -86,6 +100,13 @@ absl::Status WritePartitions(const std::string& path,
 absl::Status Run() {
   const std::string dir = absl::GetFlag(FLAGS_data_dir);
   const int clients = absl::GetFlag(FLAGS_clients);
+  const int per_round = absl::GetFlag(FLAGS_clients_per_round) > 0
+                            ? absl::GetFlag(FLAGS_clients_per_round)
+                            : clients;
+  if (per_round > clients) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--clients_per_round=", per_round, " exceeds --clients=", clients));
+  }
   const int max_rounds = absl::GetFlag(FLAGS_rounds);
   const double target = absl::GetFlag(FLAGS_target);
   const uint64_t seed = absl::GetFlag(FLAGS_seed);
@@ -102,11 +123,12 @@ absl::Status Run() {
   }
 
   CoordinatorOptions options;
-  options.model = "mnist_cnn";
+  options.model = absl::GetFlag(FLAGS_model);
   options.seed = seed;
-  options.min_clients = clients;
-  options.clients_per_round = clients;
+  options.min_clients = clients;  // the first round waits for every agent
+  options.clients_per_round = per_round;
   options.tolerance = 0;  // every selected client's update counts
+  options.epochs = absl::GetFlag(FLAGS_epochs);
   options.max_rounds = max_rounds;
   // Never stop on the train loss: a benchmark of rounds-to-target runs until
   // the target (non-IID train loss is noisy, and a rise would end the run).
@@ -114,7 +136,7 @@ absl::Status Run() {
   options.rounds_between_validations = 0;
   options.validation_fraction = 0;  // all local data trains
   options.round_timeout = absl::Minutes(10);
-  options.client_timeout = absl::Minutes(5);  // 10 agents share 2 cores
+  options.client_timeout = absl::Minutes(5);  // 10 training agents, 2 cores
   FEDLEARN_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorServer> server,
                             CoordinatorServer::Start(options, "127.0.0.1:0"));
   RoundManager& rounds = server->rounds();
@@ -126,6 +148,7 @@ absl::Status Run() {
   // The judge: a trainer of its own that only evaluates (its train split is a
   // placeholder, since a trainer needs one).
   CnnTrainerOptions judge_options;
+  judge_options.model = options.model;
   judge_options.train = Subset(train, std::vector<int64_t>{0});
   judge_options.test = test;
   FEDLEARN_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> judge,
@@ -134,18 +157,26 @@ absl::Status Run() {
   const std::string address = absl::StrCat("127.0.0.1:", server->port());
   std::vector<std::unique_ptr<Agent>> agents;
   std::vector<int64_t> sizes;
+  absl::flat_hash_map<std::string, int> agent_index;  // display name -> i
+  // The agents' own test split only serves the coordinator's closing
+  // EVALUATE, which this bench does not read (the judge above is central);
+  // a placeholder keeps 100 agents from holding 100 copies of the test split.
+  const Dataset agent_test = Subset(test, std::vector<int64_t>{0});
   for (int i = 0; i < clients; ++i) {
     CnnTrainerOptions trainer;
     trainer.train = Subset(train, parts[i]);
-    trainer.test = test;  // only used if the coordinator asks for EVALUATE
+    trainer.test = agent_test;
     trainer.seed = 100 + i;
-    trainer.threads = 1;  // 10 agents share the box's 2 cores
+    // Compute threads are process-wide (nn::SetComputeThreads); every agent
+    // and the judge set 1, so the selected agents' threads share the 2 cores.
+    trainer.threads = 1;
     sizes.push_back(trainer.train.size());
     AgentOptions agent_options;
     agent_options.coordinator = address;
     agent_options.channel =
         MakeCoordinatorChannel(address, agent_options.max_backoff);
     agent_options.display_name = absl::StrCat("agent-", i);
+    agent_index[agent_options.display_name] = i;
     agent_options.num_train_examples = trainer.train.size();
     agent_options.num_test_examples = trainer.test.size();
     agent_options.jitter_seed = 1000 + i;
@@ -157,9 +188,11 @@ absl::Status Run() {
   }
   std::printf(
       "{\"side\":\"fedlearn\",\"event\":\"start\",\"partition\":\"%s\","
-      "\"clients\":%d,\"client_sizes\":[%s],\"test_examples\":%lld,"
-      "\"max_rounds\":%d,\"target\":%.4f}\n",
-      PartitionSchemeToString(scheme).c_str(), clients,
+      "\"model\":\"%s\",\"clients\":%d,\"clients_per_round\":%d,"
+      "\"epochs\":%d,\"batch_size\":%d,\"client_sizes\":[%s],"
+      "\"test_examples\":%lld,\"max_rounds\":%d,\"target\":%.4f}\n",
+      PartitionSchemeToString(scheme).c_str(), options.model.c_str(), clients,
+      per_round, options.epochs, options.batch_size,
       absl::StrJoin(sizes, ",").c_str(), static_cast<long long>(test.size()),
       max_rounds, target);
   {
@@ -195,17 +228,30 @@ absl::Status Run() {
     const absl::Time closed = absl::Now();
     const v1::RoundRecord& record = status.history(static_cast<int>(n) - 1);
     if (record.evaluation()) break;
+    absl::flat_hash_map<std::string, int> index_of;  // client id -> agent
+    for (const v1::ClientInfo& c : status.clients()) {
+      if (auto it = agent_index.find(c.display_name());
+          it != agent_index.end()) {
+        index_of[c.client_id()] = it->second;
+      }
+    }
+    std::vector<int> selected;
+    for (const std::string& id : record.selected_clients()) {
+      auto it = index_of.find(id);
+      selected.push_back(it == index_of.end() ? -1 : it->second);
+    }
     const Weights weights = rounds.global_weights();
     FEDLEARN_ASSIGN_OR_RETURN(EvalMetrics eval, judge->Evaluate(*weights));
     std::printf(
         "{\"side\":\"fedlearn\",\"round\":%lld,\"outcome\":\"%s\","
         "\"responded\":%d,\"test_accuracy\":%.4f,\"test_loss\":%.4f,"
         "\"train_loss\":%.4f,\"round_seconds\":%.2f,"
-        "\"seconds_since_start\":%.2f}\n",
+        "\"seconds_since_start\":%.2f,\"selected\":[%s]}\n",
         static_cast<long long>(record.round()), record.outcome().c_str(),
         record.responded(), eval.accuracy, eval.loss,
         record.metrics().train_loss(), record.duration_seconds(),
-        absl::ToDoubleSeconds(closed - start));
+        absl::ToDoubleSeconds(closed - start),
+        absl::StrJoin(selected, ",").c_str());
     std::fflush(stdout);
     if (eval.accuracy >= target) {
       std::printf(

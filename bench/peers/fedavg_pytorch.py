@@ -6,17 +6,28 @@ process, of what fedlearn's coordinator and agents do in bench/convergence.cc:
   - the same partition of the training split (--partitions, written by convergence
     --partitions_out) and the same initial global weights (--initial, a safetensors file
     written by convergence --initial_out; without it PyTorch's own Glorot-uniform draw);
-  - the seed CNN (MnistCnn, imported from bench/peers/train_pytorch.py);
-  - every client in every round; each trains its partition for E=1 epoch in batches of
-    B=10 in a shuffled order (its own seeded generator), starting from the global weights,
-    with Adadelta(lr=1.0, rho=0.95, eps=1e-7) whose state the client keeps across rounds;
-  - the new global model is the mean of the clients' weights weighted by their train size;
+  - the registry model named by --model: mnist_cnn (the seed CNN, MnistCnn from
+    bench/peers/train_pytorch.py), fedavg_cnn (the FedAvg paper's CNN) or mlp_2nn, with
+    the registry's tensor names, shapes and order (common/model_spec.cc);
+  - --clients_per_round clients per round (default: all). With --replay (the JSON lines
+    convergence printed) round n trains the clients fedlearn's coordinator sampled for its
+    round n ("selected"); rounds beyond the replayed ones, or without --replay, sample
+    their own clients uniformly without replacement (numpy, seeded with --seed), and
+    each round line says which ("sampling": "replay" or "own");
+  - each selected client trains its partition for E=--epochs epochs in batches of B=10
+    in a shuffled order (its own seeded generator), starting from the global weights,
+    with Adadelta(lr=1.0, rho=0.95, eps=1e-7) whose state the client keeps across
+    rounds (also across rounds it is not selected in);
+  - the new global model is the mean of the selected clients' weights weighted by their
+    train size;
   - after every round the global model is evaluated on the whole test split.
-Clients train one after another on --threads threads (torch and OpenBLAS).
+Clients train one after another on --threads threads (torch and OpenBLAS), on one shared
+model: a client owns only its optimizer state and generator, so 100 clients cost 100
+optimizer states, not 100 models.
 
 One JSON line per round:
   {"side":"pytorch","round":1,"test_accuracy":...,"test_loss":...,"train_loss":...,
-   "round_seconds":...,"seconds_since_start":...}
+   "round_seconds":...,"seconds_since_start":...,"sampling":"replay","selected":[...]}
 seconds_since_start counts training and aggregation only, not the evaluations (fedlearn's
 evaluations run beside its training and are not counted either).
 """
@@ -30,11 +41,49 @@ import time
 
 import numpy as np
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from train_pytorch import (REGISTRY_TENSORS, MnistCnn, evaluate, load_split,  # noqa: E402
-                           make_model, make_optimizer, set_threads)
+from train_pytorch import (MnistCnn, evaluate, load_split, make_optimizer,  # noqa: E402
+                           set_threads)
+
+
+class FedAvgCnn(nn.Module):
+    """fedavg_cnn as common/nn/network.cc builds it (McMahan et al. 2017's MNIST CNN):
+    Conv 5x5 32 'same' ReLU MaxPool 2, Conv 5x5 64 'same' ReLU MaxPool 2, Flatten in (c, y,
+    x) order as common/nn's Flatten, Dense 512 ReLU, Dense 10. No dropout."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 32, 5, padding=2)
+        self.conv2 = nn.Conv2d(32, 64, 5, padding=2)
+        self.fc1 = nn.Linear(64 * 7 * 7, 512)
+        self.fc2 = nn.Linear(512, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        x = torch.flatten(x, 1)
+        return self.fc2(F.relu(self.fc1(x)))
+
+
+class Mlp2nn(nn.Module):
+    """mlp_2nn: 784-200-200-10 with ReLUs (the FedAvg paper's 2NN)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(784, 200)
+        self.fc2 = nn.Linear(200, 200)
+        self.fc3 = nn.Linear(200, 10)
+
+    def forward(self, x):
+        x = torch.flatten(x, 1)
+        return self.fc3(F.relu(self.fc2(F.relu(self.fc1(x)))))
+
+
+# Attribute names and definition order are the registry's tensor names and wire order.
+MODELS = {"mnist_cnn": MnistCnn, "fedavg_cnn": FedAvgCnn, "mlp_2nn": Mlp2nn}
 
 
 def read_safetensors(path):
@@ -56,52 +105,79 @@ def read_safetensors(path):
     return tensors
 
 
-def initial_state(path):
-    model = make_model()  # Glorot uniform from torch's generator
+def initial_state(model, path):
+    """The global weights to start from: the safetensors file at `path` (names and shapes
+    must be the model's), or else Glorot uniform (xavier_uniform_'s conv fans are
+    in*k*k and out*k*k, as Keras') and zero biases from torch's generator."""
+    state = model.state_dict()
     if path:
         tensors = read_safetensors(path)
-        names = [name for name, _ in REGISTRY_TENSORS]
-        if sorted(tensors) != sorted(names):
-            sys.exit(f"{path}: tensors {sorted(tensors)}, expected {sorted(names)}")
-        state = model.state_dict()
-        for name, shape in REGISTRY_TENSORS:
-            if tuple(tensors[name].shape) != shape:
-                sys.exit(f"{path}: {name} has shape {tensors[name].shape}, expected {shape}")
-            state[name].copy_(torch.from_numpy(tensors[name].copy()))
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+        if sorted(tensors) != sorted(state):
+            sys.exit(f"{path}: tensors {sorted(tensors)}, expected {sorted(state)}")
+        for name, value in state.items():
+            if tuple(tensors[name].shape) != tuple(value.shape):
+                sys.exit(f"{path}: {name} has shape {tensors[name].shape}, "
+                         f"expected {tuple(value.shape)}")
+            value.copy_(torch.from_numpy(tensors[name].copy()))
+    else:
+        for name, value in state.items():
+            if name.endswith(".weight"):
+                nn.init.xavier_uniform_(value)
+            else:
+                nn.init.zeros_(value)
+    return {k: v.detach().clone() for k, v in state.items()}
 
 
 class Client:
-    """One simulated client: its data, model, optimizer (state kept across rounds) and
-    shuffling generator."""
+    """One simulated client: its data, optimizer (state kept across rounds) and shuffling
+    generator. Clients share one model; its parameter tensors are updated in place
+    (load_state_dict copies into them), so each client's Adadelta keeps its state keyed
+    on the same tensors."""
 
-    def __init__(self, x, y, seed):
+    def __init__(self, model, x, y, seed):
+        self.model = model
         self.x, self.y = x, y
-        self.model = MnistCnn()
-        self.optimizer = make_optimizer(self.model)
+        self.optimizer = make_optimizer(model)
         self.generator = torch.Generator().manual_seed(seed)
 
-    def fit(self, global_state, batch_size):
-        """One epoch from the global weights; returns (weights, mean train loss)."""
+    def fit(self, global_state, batch_size, epochs):
+        """`epochs` epochs from the global weights; returns (weights, mean train loss over
+        all epochs, as CnnTrainer reports it). The weights are the shared model's: use them
+        before the next client trains."""
         self.model.load_state_dict(global_state)
         self.model.train()
         loss_sum = 0.0
-        order = torch.randperm(len(self.y), generator=self.generator)
-        for first in range(0, len(order), batch_size):
-            index = order[first:first + batch_size]
-            x, y = self.x[index], self.y[index]
-            self.optimizer.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(self.model(x), y)
-            loss.backward()
-            self.optimizer.step()
-            loss_sum += loss.item() * len(y)
-        return self.model.state_dict(), loss_sum / len(self.y)
+        for _ in range(epochs):
+            order = torch.randperm(len(self.y), generator=self.generator)
+            for first in range(0, len(order), batch_size):
+                index = order[first:first + batch_size]
+                x, y = self.x[index], self.y[index]
+                self.optimizer.zero_grad(set_to_none=True)
+                loss = F.cross_entropy(self.model(x), y)
+                loss.backward()
+                self.optimizer.step()
+                loss_sum += loss.item() * len(y)
+        return self.model.state_dict(), loss_sum / (len(self.y) * epochs)
+
+
+def replayed_selections(path):
+    """round -> agent indices fedlearn's coordinator sampled, from convergence's output."""
+    selections = {}
+    with open(path) as f:
+        for line in f:
+            row = json.loads(line)
+            if row.get("side") == "fedlearn" and "selected" in row:
+                if any(i < 0 for i in row["selected"]):
+                    sys.exit(f"{path}: round {row['round']} has an unknown client")
+                selections[row["round"]] = row["selected"]
+    return selections
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data_dir", default="data/mnist")
+    parser.add_argument("--model", default="mnist_cnn", choices=sorted(MODELS))
     parser.add_argument("--partitions", required=True,
                         help='JSON {"partitions": [[train indices], ...]}')
     parser.add_argument("--initial", help="initial global weights (safetensors)")
@@ -109,9 +185,16 @@ def main():
     parser.add_argument("--target", type=float, default=0.97,
                         help="stop once the test accuracy reaches this")
     parser.add_argument("--batch_size", type=int, default=10)
+    parser.add_argument("--epochs", type=int, default=1, help="local epochs per round (E)")
+    parser.add_argument("--clients_per_round", type=int, default=0,
+                        help="clients trained per round; 0: all")
+    parser.add_argument("--replay",
+                        help="convergence's JSON lines: train the clients its coordinator "
+                             "sampled in each round it ran")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=1,
-                        help="client i shuffles and drops out from seed * 1000 + i")
+                        help="client i shuffles and drops out from seed * 1000 + i; own "
+                             "sampling draws from numpy's default_rng(seed)")
     args = parser.parse_args()
 
     set_threads(args.threads)
@@ -120,19 +203,25 @@ def main():
     test_x, test_y = load_split(args.data_dir, train=False)
     with open(args.partitions) as f:
         partitions = json.load(f)["partitions"]
-    clients = [Client(train_x[p], train_y[p], args.seed * 1000 + i)
+    model = MODELS[args.model]()
+    clients = [Client(model, train_x[p], train_y[p], args.seed * 1000 + i)
                for i, p in enumerate(partitions)]
     sizes = [len(p) for p in partitions]
-    total = sum(sizes)
-    global_state = initial_state(args.initial)
-    model = MnistCnn()
+    per_round = args.clients_per_round or len(clients)
+    if per_round > len(clients):
+        sys.exit(f"--clients_per_round={per_round} exceeds the {len(clients)} partitions")
+    replay = replayed_selections(args.replay) if args.replay else {}
+    sampler = np.random.default_rng(args.seed)
+    global_state = initial_state(model, args.initial)
 
     def judge():
         model.load_state_dict(global_state)
         return evaluate(model, test_x, test_y)
 
-    print(json.dumps({"side": "pytorch", "event": "start", "clients": len(clients),
-                      "client_sizes": sizes, "test_examples": len(test_y),
+    print(json.dumps({"side": "pytorch", "event": "start", "model": args.model,
+                      "clients": len(clients), "clients_per_round": per_round,
+                      "epochs": args.epochs, "batch_size": args.batch_size,
+                      "replayed_rounds": len(replay), "client_sizes": sizes, "test_examples": len(test_y),
                       "max_rounds": args.rounds, "target": args.target,
                       "threads": torch.get_num_threads(), "torch": torch.__version__,
                       "initial": args.initial or "xavier_uniform (torch generator)"}),
@@ -145,13 +234,24 @@ def main():
     reason = "max_rounds"
     for rnd in range(1, args.rounds + 1):
         start = time.perf_counter()
+        if rnd in replay:
+            sampling, selected = "replay", replay[rnd]
+            if len(selected) != per_round:
+                sys.exit(f"{args.replay}: round {rnd} selected {len(selected)} clients, "
+                         f"expected {per_round}")
+        elif per_round == len(clients):
+            sampling, selected = "all", list(range(len(clients)))
+        else:
+            sampling = "own"
+            selected = sorted(sampler.choice(len(clients), per_round, replace=False).tolist())
+        total = sum(sizes[i] for i in selected)
         acc = {k: torch.zeros_like(v) for k, v in global_state.items()}
         train_loss = 0.0
-        for client, n in zip(clients, sizes):
-            weights, loss = client.fit(global_state, args.batch_size)
+        for i in selected:
+            weights, loss = clients[i].fit(global_state, args.batch_size, args.epochs)
             for k in acc:
-                acc[k].add_(weights[k], alpha=n / total)
-            train_loss += loss * n / total
+                acc[k].add_(weights[k], alpha=sizes[i] / total)
+            train_loss += loss * sizes[i] / total
         global_state = acc
         round_seconds = time.perf_counter() - start
         elapsed += round_seconds
@@ -161,7 +261,8 @@ def main():
                           "test_loss": round(test_loss, 4),
                           "train_loss": round(train_loss, 4),
                           "round_seconds": round(round_seconds, 2),
-                          "seconds_since_start": round(elapsed, 2)}), flush=True)
+                          "seconds_since_start": round(elapsed, 2),
+                          "sampling": sampling, "selected": selected}), flush=True)
         if test_acc >= args.target:
             reason = "target"
             break

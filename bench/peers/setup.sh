@@ -1,5 +1,6 @@
 # Sourced by the scripts that run fedlearn next to its PyTorch peer
-# (bench/train-vs-pytorch.sh, bench/accuracy.sh, bench/convergence-vs-pytorch.sh).
+# (bench/train-vs-pytorch.sh, bench/accuracy.sh, bench/convergence-vs-pytorch.sh,
+# bench/fedavg-paper.sh).
 # Needs $tmp (a scratch directory) and $build (the build directory) set by the caller.
 
 # Installs those of the named Debian packages that are missing.
