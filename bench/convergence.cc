@@ -135,6 +135,10 @@ absl::Status Run() {
   options.convergence_threshold = -std::numeric_limits<double>::infinity();
   options.rounds_between_validations = 0;
   options.validation_fraction = 0;  // all local data trains
+  // Inputs as p / 255 (--input_norm=none), as bench/peers/fedavg_pytorch.py
+  // feeds them; the agents and the judge take the scaling from the plan.
+  options.input_mean = 0;
+  options.input_std = 0;
   options.round_timeout = absl::Minutes(10);
   options.client_timeout = absl::Minutes(5);  // 10 training agents, 2 cores
   FEDLEARN_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorServer> server,
@@ -151,6 +155,7 @@ absl::Status Run() {
   judge_options.model = options.model;
   judge_options.train = Subset(train, std::vector<int64_t>{0});
   judge_options.test = test;
+  SetInputNorm(options.Plan(), &judge_options);
   FEDLEARN_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> judge,
                             MakeCnnTrainer(std::move(judge_options)));
 
@@ -183,6 +188,7 @@ absl::Status Run() {
     agents.push_back(std::make_unique<Agent>(
         agent_options, [trainer](const v1::JoinResponse& joined) mutable {
           trainer.model = joined.model().name();
+          SetInputNorm(joined.plan(), &trainer);
           return MakeCnnTrainer(std::move(trainer));
         }));
   }
