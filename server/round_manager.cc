@@ -4,6 +4,7 @@
 #include <cmath>
 #include <random>
 #include <sstream>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -439,8 +440,17 @@ void RoundManager::StartAttemptLocked(bool evaluation,
     const int sampled = std::min(
         available,
         static_cast<int>(std::ceil(wanted * options_.over_selection - 1e-9)));
-    // Partial Fisher-Yates over the clients in join order: deterministic for a
-    // seed.
+    // Partial Fisher-Yates over the clients ordered by display name (then id):
+    // for a seed, the same named clients give the same samples whatever order
+    // they joined in (agents of one process join in no fixed order).
+    std::sort(candidates.begin(), candidates.end(),
+              [this](const std::string& a, const std::string& b)
+                  ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                    const Client& x = *clients_.at(a);
+                    const Client& y = *clients_.at(b);
+                    return std::tie(x.display_name, x.id) <
+                           std::tie(y.display_name, y.id);
+                  });
     for (int i = 0; i < sampled; ++i) {
       std::uniform_int_distribution<int> pick(i, available - 1);
       std::swap(candidates[i], candidates[pick(sampler_)]);

@@ -6,6 +6,7 @@
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/security/credentials.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -169,6 +170,43 @@ TEST_F(CoordinatorServiceTest, RunsFromWaitingToDone) {
     for (float& w : expected) w = static_cast<float>(double{w} + double{0.01f});
   }
   EXPECT_EQ(Global(), expected);
+}
+
+// The display names sampled for round 1 by a fresh coordinator (seed 7, 2 of
+// 5 clients) whose clients join in `order`.
+std::vector<std::string> SampledNames(const std::vector<std::string>& order) {
+  CoordinatorOptions options = SmallRun();
+  options.min_clients = static_cast<int>(order.size());
+  options.clients_per_round = 2;
+  auto server = CoordinatorServer::Start(options, "127.0.0.1:0");
+  EXPECT_TRUE(server.ok()) << server.status();
+  auto channel =
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", (*server)->port()),
+                          grpc::InsecureChannelCredentials());
+  std::vector<std::unique_ptr<CoordinatorClient>> clients;
+  for (const std::string& name : order) {
+    clients.push_back(std::make_unique<CoordinatorClient>(channel));
+    v1::JoinRequest join;
+    join.set_display_name(name);
+    EXPECT_TRUE(clients.back()->Join(join).ok());
+  }
+  const v1::GetStatusResponse status = (*server)->rounds().GetStatus();
+  std::vector<std::string> names;
+  for (const std::string& id : status.current_round().selected_clients()) {
+    for (const v1::ClientInfo& c : status.clients()) {
+      if (c.client_id() == id) names.push_back(c.display_name());
+    }
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+TEST(CoordinatorSamplingTest, SameSeedAndNamesSampleAlikeWhateverTheJoinOrder) {
+  const std::vector<std::string> names =
+      SampledNames({"a", "b", "c", "d", "e"});
+  ASSERT_EQ(names.size(), 2u);
+  EXPECT_EQ(SampledNames({"e", "c", "a", "d", "b"}), names);
+  EXPECT_EQ(SampledNames({"d", "e", "b", "c", "a"}), names);
 }
 
 TEST_F(CoordinatorServiceTest, FedAvgIsTheExampleWeightedMean) {
