@@ -28,7 +28,12 @@
 // central evaluation runs while the agents train the next round and is not
 // counted). Logs of the coordinator and agents go to stderr.
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <cstdio>
+#include <deque>
 #include <limits>
 #include <memory>
 #include <string>
@@ -41,6 +46,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/agent.h"
@@ -218,12 +224,82 @@ absl::Status Run() {
     threads.emplace_back([&, i] { results[i] = agents[i]->Run().status(); });
   }
 
+  // This thread takes each round's model the moment the round closes (the
+  // next one takes seconds to train) and queues it; a judge thread evaluates
+  // the queue in order at the lowest priority, so that its work does not take
+  // a core's share from the agents inside fedlearn's timed window (the peer's
+  // evaluations are outside its own).
+  struct Closed {
+    v1::RoundRecord record;
+    Weights weights;
+    double seconds = 0;
+    std::vector<int> selected;
+  };
+  absl::Mutex mu;
+  std::deque<Closed> queue;  // each guarded by mu
+  bool no_more = false;      // the main loop has ended
+  bool reached = false;      // the judge saw the target
+  absl::Status judged;       // the judge thread's error
+  std::thread judge_thread([&] {
+    // Threads take their creator's priority: the agents' started before.
+    setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 19);
+    for (;;) {
+      Closed c;
+      {
+        absl::MutexLock lock(&mu);
+        auto ready = [&] { return !queue.empty() || no_more; };
+        mu.Await(absl::Condition(&ready));
+        if (queue.empty()) return;
+        c = std::move(queue.front());
+        queue.pop_front();
+      }
+      absl::StatusOr<EvalMetrics> eval = judge->Evaluate(*c.weights);
+      if (!eval.ok()) {
+        judged = eval.status();
+        absl::MutexLock lock(&mu);
+        reached = true;  // stops the run
+        return;
+      }
+      std::printf(
+          "{\"side\":\"fedlearn\",\"round\":%lld,\"outcome\":\"%s\","
+          "\"responded\":%d,\"test_accuracy\":%.4f,\"test_loss\":%.4f,"
+          "\"train_loss\":%.4f,\"round_seconds\":%.2f,"
+          "\"seconds_since_start\":%.2f,\"selected\":[%s]}\n",
+          static_cast<long long>(c.record.round()), c.record.outcome().c_str(),
+          c.record.responded(), eval->accuracy, eval->loss,
+          c.record.metrics().train_loss(), c.record.duration_seconds(),
+          c.seconds, absl::StrJoin(c.selected, ",").c_str());
+      std::fflush(stdout);
+      if (eval->accuracy >= target) {
+        std::printf(
+            "{\"side\":\"fedlearn\",\"event\":\"stopped\",\"reason\":"
+            "\"target\",\"round\":%lld}\n",
+            static_cast<long long>(c.record.round()));
+        absl::MutexLock lock(&mu);
+        reached = true;
+        return;
+      }
+    }
+  });
+
   // A round's record is history[round - 1] as long as no attempt is abandoned
   // (tolerance 0 with a 10-minute deadline); the record says which round it
   // is, so an abandoned attempt would show as a repeated round number.
   absl::Status outcome = absl::OkStatus();
+  std::string stop_reason;
+  int64_t last_round = 0;
   for (size_t n = 1;; ++n) {
-    if (!rounds.AwaitHistory(n, absl::Minutes(15))) {
+    const absl::Time deadline = absl::Now() + absl::Minutes(15);
+    bool recorded = false;
+    while (!(recorded = rounds.AwaitHistory(n, absl::Seconds(1)))) {
+      absl::MutexLock lock(&mu);
+      if (reached || absl::Now() > deadline) break;
+    }
+    {
+      absl::MutexLock lock(&mu);
+      if (reached) break;
+    }
+    if (!recorded) {
       outcome = absl::DeadlineExceededError(
           absl::StrCat("no record ", n, " within 15 minutes"));
       break;
@@ -231,49 +307,50 @@ absl::Status Run() {
     // Both read under the manager's lock, but separately: the next round
     // cannot close before its agents have trained, which takes seconds.
     const v1::GetStatusResponse status = rounds.GetStatus();
-    const absl::Time closed = absl::Now();
-    const v1::RoundRecord& record = status.history(static_cast<int>(n) - 1);
-    if (record.evaluation()) break;
+    Closed c;
+    c.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    c.weights = rounds.global_weights();
+    c.record = status.history(static_cast<int>(n) - 1);
+    if (c.record.evaluation()) break;
     absl::flat_hash_map<std::string, int> index_of;  // client id -> agent
-    for (const v1::ClientInfo& c : status.clients()) {
-      if (auto it = agent_index.find(c.display_name());
+    for (const v1::ClientInfo& info : status.clients()) {
+      if (auto it = agent_index.find(info.display_name());
           it != agent_index.end()) {
-        index_of[c.client_id()] = it->second;
+        index_of[info.client_id()] = it->second;
       }
     }
-    std::vector<int> selected;
-    for (const std::string& id : record.selected_clients()) {
+    for (const std::string& id : c.record.selected_clients()) {
       auto it = index_of.find(id);
-      selected.push_back(it == index_of.end() ? -1 : it->second);
+      c.selected.push_back(it == index_of.end() ? -1 : it->second);
     }
-    const Weights weights = rounds.global_weights();
-    FEDLEARN_ASSIGN_OR_RETURN(EvalMetrics eval, judge->Evaluate(*weights));
-    std::printf(
-        "{\"side\":\"fedlearn\",\"round\":%lld,\"outcome\":\"%s\","
-        "\"responded\":%d,\"test_accuracy\":%.4f,\"test_loss\":%.4f,"
-        "\"train_loss\":%.4f,\"round_seconds\":%.2f,"
-        "\"seconds_since_start\":%.2f,\"selected\":[%s]}\n",
-        static_cast<long long>(record.round()), record.outcome().c_str(),
-        record.responded(), eval.accuracy, eval.loss,
-        record.metrics().train_loss(), record.duration_seconds(),
-        absl::ToDoubleSeconds(closed - start),
-        absl::StrJoin(selected, ",").c_str());
-    std::fflush(stdout);
-    if (eval.accuracy >= target) {
-      std::printf(
-          "{\"side\":\"fedlearn\",\"event\":\"stopped\",\"reason\":\"target\","
-          "\"round\":%lld}\n",
-          static_cast<long long>(record.round()));
-      break;
+    last_round = c.record.round();
+    {
+      absl::MutexLock lock(&mu);
+      queue.push_back(std::move(c));
     }
     if (status.phase() == v1::PHASE_EVALUATING ||
         status.phase() == v1::PHASE_DONE) {
-      std::printf(
-          "{\"side\":\"fedlearn\",\"event\":\"stopped\",\"reason\":\"%s\","
-          "\"round\":%lld}\n",
-          status.stop_reason().c_str(), static_cast<long long>(record.round()));
+      stop_reason = status.stop_reason();
       break;
     }
+  }
+  {
+    absl::MutexLock lock(&mu);
+    no_more = true;
+  }
+  judge_thread
+      .join();  // evaluates what is queued, unless the target stopped it
+  if (outcome.ok()) outcome = judged;
+  bool target_reached;
+  {
+    absl::MutexLock lock(&mu);
+    target_reached = reached && judged.ok();
+  }
+  if (!target_reached && !stop_reason.empty()) {
+    std::printf(
+        "{\"side\":\"fedlearn\",\"event\":\"stopped\",\"reason\":\"%s\","
+        "\"round\":%lld}\n",
+        stop_reason.c_str(), static_cast<long long>(last_round));
   }
   std::fflush(stdout);
 
