@@ -55,7 +55,7 @@ for d in "${datasets[@]}"; do
 done
 
 source bench/peers/setup.sh
-apt_install python3-torch libopenblas0-openmp
+apt_install "$(basename "$0")" python3-torch libopenblas0-openmp
 
 build_targets central_train
 

@@ -37,7 +37,7 @@ trap 'rm -rf "$tmp"' EXIT
 source bench/peers/setup.sh
 source bench/peers/rounds.sh
 require_data data/mnist
-apt_install python3-torch libopenblas0-openmp
+apt_install "$(basename "$0")" python3-torch libopenblas0-openmp
 
 build_targets convergence
 

@@ -37,7 +37,7 @@ trap 'rm -rf "$tmp"' EXIT
 
 # --- 1. The peer's packages -----------------------------------------------------------------
 source bench/peers/setup.sh
-apt_install python3-torch libopenblas0-openmp
+apt_install "$(basename "$0")" python3-torch libopenblas0-openmp
 
 # libopenblas0-openmp registers an alternative for libopenblas.so.0 too; in auto mode the
 # pthread build (priority 100) stays ahead of it (95), but an admin may have switched it.

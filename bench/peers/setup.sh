@@ -3,18 +3,7 @@
 # bench/fedavg-paper.sh).
 # Needs $tmp (a scratch directory) and $build (the build directory) set by the caller.
 
-# Installs those of the named Debian packages that are missing.
-apt_install() {
-  local missing=() p
-  for p in "$@"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q '^install ok installed$' ||
-      missing+=("$p")
-  done
-  [ ${#missing[@]} -eq 0 ] && return 0
-  echo "== installing ${missing[*]}"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" \
-    >"$tmp/apt.log" 2>&1 || { cat "$tmp/apt.log" >&2; exit 1; }
-}
+source scripts/apt.sh
 
 # Builds the named targets into $build, quietly unless it fails.
 build_targets() {

@@ -69,9 +69,10 @@ class ClientProcessTest : public ::testing::Test {
 
   static std::vector<std::string> Coordinator(std::vector<std::string> flags,
                                               int port = 0) {
-    flags.insert(flags.begin(),
-                 {FEDLEARN_COORDINATOR_BINARY, "--bind=127.0.0.1", "--http_port=-1",
-                  absl::StrCat("--port=", port), "--model=mlp_2nn"});
+    flags.insert(
+        flags.begin(),
+        {FEDLEARN_COORDINATOR_BINARY, "--bind=127.0.0.1", "--http_port=-1",
+         absl::StrCat("--port=", port), "--model=mlp_2nn"});
     return flags;
   }
 
