@@ -18,7 +18,8 @@
 # ratio is then a lower bound written ">x" or "<x" (or "n/a" if neither reached it).
 #
 # Environment: BUILD_DIR (default build-bench), ROUNDS_IID, ROUNDS_SHARDS, PARTITIONS
-# (default "iid shards").
+# (default "iid shards"), INPUT_NORM (both sides' input scaling, as the coordinator's
+# --input_norm; default none: p/255).
 # Last line: rounds_ratio_iid=<x> rounds_ratio_shards=<x> time_ratio_iid=<x>
 #   rounds ratio: fedlearn's rounds to target over PyTorch's;
 #   time ratio:   PyTorch's training wall time to target over fedlearn's.
@@ -28,6 +29,7 @@ build="${BUILD_DIR:-build-bench}"
 rounds_iid="${ROUNDS_IID:-40}"
 rounds_shards="${ROUNDS_SHARDS:-60}"
 partitions="${PARTITIONS:-iid shards}"
+input_norm="${INPUT_NORM:-none}"
 python=/usr/bin/python3  # Debian's torch is for Debian's python
 
 tmp=$(mktemp -d)
@@ -50,8 +52,8 @@ echo "== OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE-<unset>} OPENBLAS_L2_SIZE=${OPENB
 for part in $partitions; do
   fedlearn_flags=(--partition="$part" --clients=10)
   case "$part" in
-    iid) run_rounds iid data/mnist 0.97 "$rounds_iid" ;;
-    shards) run_rounds shards data/mnist 0.95 "$rounds_shards" ;;
+    iid) run_rounds iid data/mnist 0.97 "$rounds_iid" --input_norm="$input_norm" ;;
+    shards) run_rounds shards data/mnist 0.95 "$rounds_shards" --input_norm="$input_norm" ;;
     *) echo "PARTITIONS: iid and/or shards" >&2; exit 2 ;;
   esac
 done

@@ -71,6 +71,9 @@ ABSL_FLAG(std::string, model, "mnist_cnn",
           "registry model (common/model_spec.h): mnist_cnn, fedavg_cnn, "
           "mlp_2nn");
 ABSL_FLAG(int, rounds, 40, "most rounds to run");
+ABSL_FLAG(std::string, input_norm, "none",
+          "input standardisation as fedlearn-coordinator's --input_norm: none "
+          "(p/255), mnist, fashion-mnist or MEAN,STD");
 ABSL_FLAG(double, target, 0.97,
           "stop once the global model's test accuracy reaches this");
 ABSL_FLAG(uint64_t, seed, 1,
@@ -141,10 +144,10 @@ absl::Status Run() {
   options.convergence_threshold = -std::numeric_limits<double>::infinity();
   options.rounds_between_validations = 0;
   options.validation_fraction = 0;  // all local data trains
-  // Inputs as p / 255 (--input_norm=none), as bench/peers/fedavg_pytorch.py
-  // feeds them; the agents and the judge take the scaling from the plan.
-  options.input_mean = 0;
-  options.input_std = 0;
+  // The agents and the judge take the input scaling from the plan, as the
+  // peer takes it from the same flag.
+  FEDLEARN_RETURN_IF_ERROR(
+      ParseInputNorm(absl::GetFlag(FLAGS_input_norm), &options));
   options.round_timeout = absl::Minutes(10);
   options.client_timeout = absl::Minutes(5);  // 10 training agents, 2 cores
   FEDLEARN_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorServer> server,

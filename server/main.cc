@@ -8,9 +8,7 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "common/flags.h"
 #include "common/log.h"
 #include "common/signals.h"
@@ -89,32 +87,11 @@ ABSL_FLAG(absl::Duration, done_grace, absl::Seconds(10),
 namespace fedlearn {
 namespace {
 
-// --input_norm: a data set's name, "MEAN,STD" or "none".
-bool ParseInputNorm(absl::string_view text, double* mean, double* std) {
-  if (text == "none") {
-    *mean = 0;
-    *std = 0;
-  } else if (text == "mnist") {
-    *mean = 0.1307;
-    *std = 0.3081;
-  } else if (text == "fashion-mnist") {
-    *mean = 0.2860;
-    *std = 0.3530;
-  } else {
-    const std::vector<absl::string_view> parts = absl::StrSplit(text, ',');
-    return parts.size() == 2 && absl::SimpleAtod(parts[0], mean) &&
-           absl::SimpleAtod(parts[1], std) && *std > 0;
-  }
-  return true;
-}
-
 absl::StatusOr<CoordinatorOptions> OptionsFromFlags() {
   CoordinatorOptions o;
-  if (!ParseInputNorm(absl::GetFlag(FLAGS_input_norm), &o.input_mean,
-                      &o.input_std)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--input_norm=", absl::GetFlag(FLAGS_input_norm),
-        ": expected mnist, fashion-mnist, none or MEAN,STD with STD > 0"));
+  if (absl::Status s = ParseInputNorm(absl::GetFlag(FLAGS_input_norm), &o);
+      !s.ok()) {
+    return s;
   }
   o.model = absl::GetFlag(FLAGS_model);
   o.seed = absl::GetFlag(FLAGS_seed);

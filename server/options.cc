@@ -1,8 +1,11 @@
 #include "server/options.h"
 
 #include <cmath>
+#include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/tensor_codec.h"
 
 namespace fedlearn {
@@ -74,6 +77,31 @@ v1::TrainingPlan CoordinatorOptions::Plan() const {
   plan.set_input_mean(static_cast<float>(input_mean));
   plan.set_input_std(static_cast<float>(input_std));
   return plan;
+}
+
+absl::Status ParseInputNorm(absl::string_view text,
+                            CoordinatorOptions* options) {
+  double mean = 0, std = 0;
+  if (text == "mnist") {
+    mean = 0.1307;
+    std = 0.3081;
+  } else if (text == "fashion-mnist") {
+    mean = 0.2860;
+    std = 0.3530;
+  } else if (text != "none") {
+    const std::vector<absl::string_view> parts = absl::StrSplit(text, ',');
+    if (parts.size() != 2 || !absl::SimpleAtod(parts[0], &mean) ||
+        !absl::SimpleAtod(parts[1], &std) || !(std > 0) ||
+        !std::isfinite(mean) || !std::isfinite(std)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--input_norm=", text,
+                       ": expected mnist, fashion-mnist, none or MEAN,STD "
+                       "with STD > 0"));
+    }
+  }
+  options->input_mean = mean;
+  options->input_std = std;
+  return absl::OkStatus();
 }
 
 }  // namespace fedlearn

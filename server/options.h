@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "fedlearn/v1/coordinator.pb.h"
 
@@ -70,6 +71,12 @@ struct CoordinatorOptions {
   // The training plan these options give every client.
   v1::TrainingPlan Plan() const;
 };
+
+// --input_norm: "mnist" (0.1307, 0.3081), "fashion-mnist" (0.2860, 0.3530),
+// "MEAN,STD" with STD > 0, or "none" (p / 255), into options->input_mean and
+// input_std. INVALID_ARGUMENT naming the flag otherwise.
+absl::Status ParseInputNorm(absl::string_view text,
+                            CoordinatorOptions* options);
 
 }  // namespace fedlearn
 

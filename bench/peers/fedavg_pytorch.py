@@ -45,8 +45,11 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from train_pytorch import (MnistCnn, evaluate, load_split, make_optimizer,  # noqa: E402
-                           set_threads)
+from train_pytorch import (MnistCnn, evaluate, input_norm, load_images, make_optimizer,  # noqa: E402
+                           set_threads, to_tensors)
+
+# fedlearn-coordinator's --input_norm presets (server/options.cc).
+INPUT_NORM_PRESETS = {"mnist": "0.1307,0.3081", "fashion-mnist": "0.2860,0.3530"}
 
 
 class FedAvgCnn(nn.Module):
@@ -191,6 +194,9 @@ def main():
     parser.add_argument("--replay",
                         help="convergence's JSON lines: train the clients its coordinator "
                              "sampled in each round it ran")
+    parser.add_argument("--input_norm", default="none",
+                        help="as fedlearn-coordinator's: none (p/255), mnist, fashion-mnist "
+                             "or MEAN,STD")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=1,
                         help="client i shuffles and drops out from seed * 1000 + i; own "
@@ -199,8 +205,11 @@ def main():
 
     set_threads(args.threads)
     torch.manual_seed(args.seed)
-    train_x, train_y = load_split(args.data_dir, train=True)
-    test_x, test_y = load_split(args.data_dir, train=False)
+    train_images, train_labels = load_images(args.data_dir, train=True)
+    mean, std = input_norm(INPUT_NORM_PRESETS.get(args.input_norm, args.input_norm),
+                           train_images)
+    train_x, train_y = to_tensors(train_images, train_labels, mean, std)
+    test_x, test_y = to_tensors(*load_images(args.data_dir, train=False), mean, std)
     with open(args.partitions) as f:
         partitions = json.load(f)["partitions"]
     model = MODELS[args.model]()

@@ -280,11 +280,6 @@ def to_tensors(images, labels, mean, std):
     return torch.from_numpy(x).unsqueeze(1), torch.from_numpy(labels.astype(np.int64))
 
 
-def load_split(data_dir, train):
-    """One split as tensors, pixels scaled to [0, 1] (bench/peers/fedavg_pytorch.py's)."""
-    return to_tensors(*load_images(data_dir, train), 0.0, 1.0)
-
-
 def evaluate(model, x, y, batch=50):
     model.eval()
     loss_sum, correct = 0.0, 0
