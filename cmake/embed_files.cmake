@@ -15,8 +15,9 @@ foreach(name IN LISTS FILES)
   string(LENGTH "${hex}" hex_length)
   math(EXPR size "${hex_length} / 2")
   string(REGEX REPLACE "([0-9a-f][0-9a-f])" "0x\\1," bytes "${hex}")
-  # Break the array into lines of 16 bytes (80 characters).
-  string(REGEX REPLACE "((0x..,){16})" "\\1\n" bytes "${bytes}")
+  # Break the array into lines of 16 bytes (CMake's regular expressions have no {n}).
+  string(REPEAT "0x..," 16 line)
+  string(REGEX REPLACE "(${line})" "\\1\n" bytes "${bytes}")
   get_filename_component(extension "${name}" LAST_EXT)
   string(SUBSTRING "${extension}" 1 -1 extension)
   set(type "${types_${extension}}")

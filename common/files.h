@@ -21,6 +21,12 @@ class ScopedFd {
   // Closes now, reporting the error close() gives (which for a written file can
   // be the first sign of a failed write).
   int Close();
+  // Gives up ownership: returns the descriptor, which is no longer closed.
+  int Release() {
+    const int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
 
  private:
   int fd_;

@@ -128,6 +128,10 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
+  // A dashboard polls every second or two: a short keep-alive returns its
+  // worker to the pool between polls, so a few open tabs cannot queue a
+  // Prometheus scrape behind them, and Stop() does not wait out idle ones.
+  impl->server.set_keep_alive_timeout(1);
   impl->Routes();
   impl->port = port == 0 ? impl->server.bind_to_any_port(host)
                          : (impl->server.bind_to_port(host, port) ? port : -1);

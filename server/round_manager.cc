@@ -140,16 +140,16 @@ RoundManager::RoundManager(CoordinatorOptions options, ModelSpec spec,
     Logf(
         "run %s resumed from %s: %s at round %d (%d rounds folded, %d "
         "records)",
-        run_id_, store_->dir(), v1::Phase_Name(phase_), round_, model_round_,
-        history_.size());
+        run_id_, store_ != nullptr ? store_->dir() : "a saved run",
+        v1::Phase_Name(phase_), round_, model_round_, history_.size());
   }
   timer_ = std::thread([this] { TimerLoop(); });
   Logf("run %s: model %s (%d parameters), waiting for %d clients", run_id_,
        spec_.name, spec_.num_parameters, options_.min_clients);
 }
 
-void RoundManager::SaveLocked(Callbacks* callbacks) {
-  if (store_ == nullptr) return;
+std::function<void()> RoundManager::SaveLocked() {
+  if (store_ == nullptr) return nullptr;
   SavedRun run;
   v1::CoordinatorState& s = run.state;
   s.set_run_id(run_id_);
@@ -170,12 +170,12 @@ void RoundManager::SaveLocked(Callbacks* callbacks) {
   sampler << sampler_;
   s.set_sampler(sampler.str());
   run.weights = global_;
-  callbacks->push_back([this, run = std::move(run)] {
+  return [this, run = std::move(run)] {
     if (absl::Status saved = store_->Save(spec_, run); !saved.ok()) {
       Logf("round %d: the run could not be saved: %s", run.state.round(),
            saved.ToString());
     }
-  });
+  };
 }
 
 RoundManager::~RoundManager() {
@@ -774,10 +774,14 @@ void RoundManager::CloseAttemptLocked(absl::string_view outcome, absl::Time now,
     }
   }
   history_.push_back(std::move(record));
-  SaveLocked(callbacks);
+  // The run as this close leaves it, before the next round draws from the
+  // sampler; written last, since callbacks run in order and the next round's
+  // tasks should not wait for the disk.
+  std::function<void()> save = SaveLocked();
   timer_dirty_ = true;
   MaybeStartAttemptLocked(now, callbacks);
   DeliverTasksLocked(callbacks);
+  if (save) callbacks->push_back(std::move(save));
 }
 
 absl::StatusOr<v1::HeartbeatResponse> RoundManager::Heartbeat(
@@ -805,8 +809,8 @@ v1::GetStatusResponse RoundManager::GetStatus(RunCounters* counters) const {
   v1::GetStatusResponse status;
   status.set_run_id(run_id_);
   *status.mutable_model() = spec_proto_;
-  const absl::Time now = absl::Now();
   absl::MutexLock lock(&mu_);
+  const absl::Time now = absl::Now();  // after the lock: no client seen later
   status.set_phase(phase_);
   status.set_round(round_);
   status.set_stop_reason(stop_reason_);

@@ -218,9 +218,9 @@ class RoundManager {
                           Callbacks* callbacks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int QuorumLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // With a store, queues a save of the run as it is now (written by the
-  // callback, outside the lock).
-  void SaveLocked(Callbacks* callbacks) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // With a store, a callback that saves the run as it is now (to be run
+  // outside the lock); null without one.
+  std::function<void()> SaveLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Closes the open attempt if every selected client, or a quorum, has
   // answered.
   void CloseIfAnsweredLocked(Callbacks* callbacks)

@@ -1,5 +1,10 @@
 #include "server/state_store.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <filesystem>
 #include <map>
 #include <system_error>
@@ -34,7 +39,31 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(std::string dir) {
     return absl::FailedPreconditionError(
         absl::StrCat("--state_dir: ", dir, " is not a directory"));
   }
-  return std::unique_ptr<StateStore>(new StateStore(std::move(dir)));
+  // Two coordinators on one directory would delete each other's models.
+  const std::string lock_path = absl::StrCat(dir, "/lock");
+  const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return absl::ErrnoToStatus(
+        errno, absl::StrCat("--state_dir: cannot open ", lock_path));
+  }
+  ScopedFd lock(fd);
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EWOULDBLOCK) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("--state_dir: ", dir,
+                       " is in use by another coordinator (", lock_path, ")"));
+    }
+    return absl::ErrnoToStatus(
+        errno, absl::StrCat("--state_dir: cannot lock ", lock_path));
+  }
+  // Ours alone now: temporary files are what a killed writer left behind.
+  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+    if (entry.path().filename().string().find(".tmp.") != std::string::npos) {
+      std::filesystem::remove(entry.path(), error);
+    }
+  }
+  return std::unique_ptr<StateStore>(
+      new StateStore(std::move(dir), lock.Release()));
 }
 
 absl::StatusOr<std::optional<SavedRun>> StateStore::Load(

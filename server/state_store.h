@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/files.h"
 #include "common/model_spec.h"
 #include "fedlearn/v1/state.pb.h"
 
@@ -33,7 +34,10 @@ struct SavedRun {
 // old state with its old model, or the new state with its new model.
 class StateStore {
  public:
-  // Opens `dir`, creating it if needed. Errno-derived errors naming it.
+  // Opens `dir`, creating it if needed, and locks it (DIR/lock, flock) for
+  // this process: FAILED_PRECONDITION while another coordinator holds it.
+  // Removes temporary files a killed writer left. Errno-derived errors naming
+  // the directory otherwise.
   static absl::StatusOr<std::unique_ptr<StateStore>> Open(std::string dir);
 
   // The saved run, or nullopt when the directory holds none.
@@ -53,9 +57,11 @@ class StateStore {
   static constexpr int kFormatVersion = 1;
 
  private:
-  explicit StateStore(std::string dir) : dir_(std::move(dir)) {}
+  StateStore(std::string dir, int lock_fd)
+      : dir_(std::move(dir)), lock_(lock_fd) {}
 
   const std::string dir_;
+  const ScopedFd lock_;  // holds the directory's flock while open
   absl::Mutex mu_;
   int64_t saved_history_ ABSL_GUARDED_BY(mu_) = -1;
   int64_t written_model_round_ ABSL_GUARDED_BY(mu_) = -1;

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -81,11 +82,13 @@ TEST(StateStoreTest, SavedRunComesBackBitForBit) {
   ASSERT_TRUE(store.ok());
   const SavedRun saved = SomeRun(2, 0.25f);
   ASSERT_TRUE((*store)->Save(Mlp(), saved).ok());
-  EXPECT_THAT(
-      Files(dir.path().string()),
-      ::testing::ElementsAre("model-000002.safetensors", "state.binpb"));
+  EXPECT_THAT(Files(dir.path().string()),
+              ::testing::ElementsAre("lock", "model-000002.safetensors",
+                                     "state.binpb"));
 
+  store->reset();  // releases the directory
   auto reopened = StateStore::Open(dir.path().string());
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
   auto loaded = (*reopened)->Load(Mlp());
   ASSERT_TRUE(loaded.ok()) << loaded.status();
   ASSERT_TRUE(loaded->has_value());
@@ -108,13 +111,42 @@ TEST(StateStoreTest, KeepsOnlyTheModelTheStateNamesAndNeverGoesBack) {
   ASSERT_TRUE((*store)->Save(Mlp(), SomeRun(3, 0.3f)).ok());
   // A save that lost a race with a newer one is skipped.
   ASSERT_TRUE((*store)->Save(Mlp(), SomeRun(2, 0.2f)).ok());
-  EXPECT_THAT(
-      Files(dir.path().string()),
-      ::testing::ElementsAre("model-000003.safetensors", "state.binpb"));
+  EXPECT_THAT(Files(dir.path().string()),
+              ::testing::ElementsAre("lock", "model-000003.safetensors",
+                                     "state.binpb"));
   auto loaded = (*store)->Load(Mlp());
   ASSERT_TRUE(loaded.ok() && loaded->has_value());
   EXPECT_EQ((**loaded).state.model_round(), 3);
   EXPECT_EQ((*(**loaded).weights)[0], 0.3f);
+}
+
+TEST(StateStoreTest, OneCoordinatorAtATimePerDirectory) {
+  ScopedTempDir dir;
+  auto first = StateStore::Open(dir.path().string());
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto second = StateStore::Open(dir.path().string());
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(second.status().message(), HasSubstr("another coordinator"));
+  first->reset();
+  EXPECT_TRUE(StateStore::Open(dir.path().string()).ok());
+}
+
+TEST(StateStoreTest, TemporaryFilesOfAKilledWriterAreRemoved) {
+  ScopedTempDir dir;
+  {
+    auto store = StateStore::Open(dir.path().string());
+    ASSERT_TRUE((*store)->Save(Mlp(), SomeRun(1, 0.1f)).ok());
+  }
+  const std::string leftover =
+      dir.path().string() + "/model-000002.safetensors.tmp.4242.0";
+  std::ofstream(leftover) << "half a model";
+  auto store = StateStore::Open(dir.path().string());
+  ASSERT_TRUE(store.ok());
+  EXPECT_FALSE(std::filesystem::exists(leftover));
+  auto loaded = (*store)->Load(Mlp());  // the saved run is untouched
+  ASSERT_TRUE(loaded.ok() && loaded->has_value()) << loaded.status();
+  EXPECT_EQ((**loaded).state.model_round(), 1);
 }
 
 TEST(StateStoreTest, AnotherModelIsRefused) {
@@ -229,6 +261,66 @@ TEST_F(ResumeTest, RestartedCoordinatorGoesOnFromTheLastRound) {
   Train(*server, 3, 4);
   ASSERT_TRUE(server->rounds().AwaitPhase(v1::PHASE_EVALUATING, kWait));
   EXPECT_EQ(server->rounds().GetStatus().history_size(), 4);
+}
+
+// Runs rounds first..last on `server` with clients named n0..n3 (2 sampled
+// per round) that join now; returns the names sampled for each round.
+std::vector<std::vector<std::string>> SampledRounds(CoordinatorServer& server,
+                                                    int64_t first,
+                                                    int64_t last) {
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server.port()),
+                                     grpc::InsecureChannelCredentials());
+  std::map<std::string, std::unique_ptr<CoordinatorClient>> by_id;
+  std::map<std::string, std::string> name_of;
+  for (int i = 0; i < 4; ++i) {
+    auto client = std::make_unique<CoordinatorClient>(channel);
+    v1::JoinRequest join;
+    join.set_display_name(absl::StrCat("n", i));
+    EXPECT_TRUE(client->Join(join).ok());
+    name_of[client->client_id()] = join.display_name();
+    by_id[client->client_id()] = std::move(client);
+  }
+  std::vector<std::vector<std::string>> sampled;
+  for (int64_t round = first; round <= last; ++round) {
+    EXPECT_TRUE(server.rounds().AwaitPhase(v1::PHASE_TRAINING, kWait));
+    const v1::RoundRecord open = server.rounds().GetStatus().current_round();
+    EXPECT_EQ(open.round(), round);
+    std::vector<std::string> names;
+    for (const std::string& id : open.selected_clients()) {
+      names.push_back(name_of[id]);
+      CoordinatorClient& c = *by_id[id];
+      auto task = NextTask(c);
+      std::vector<float> delta(task.weights.size(), 0.01f);
+      EXPECT_TRUE(c.PushUpdate(Header(round, 100, 2.0 / round), delta).ok());
+    }
+    sampled.push_back(names);
+  }
+  return sampled;
+}
+
+TEST(ResumeSamplingTest, ResumedRunSamplesAsTheUninterruptedOne) {
+  CoordinatorOptions options = SmallRun();
+  options.max_rounds = 4;
+  options.min_clients = 4;
+  options.clients_per_round = 2;
+  ScopedTempDir dir;
+  options.state_dir = (dir.path() / "whole").string();
+  auto whole = CoordinatorServer::Start(options, "127.0.0.1:0");
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  const auto expected = SampledRounds(**whole, 1, 3);
+
+  options.state_dir = (dir.path() / "cut").string();
+  {
+    auto first = CoordinatorServer::Start(options, "127.0.0.1:0");
+    ASSERT_TRUE(first.ok()) << first.status();
+    EXPECT_EQ(
+        SampledRounds(**first, 1, 2),
+        (std::vector<std::vector<std::string>>{expected[0], expected[1]}));
+  }
+  auto second = CoordinatorServer::Start(options, "127.0.0.1:0");
+  ASSERT_TRUE(second.ok()) << second.status();
+  // New client ids, same names: round 3 samples the same two clients.
+  EXPECT_EQ(SampledRounds(**second, 3, 3)[0], expected[2]);
 }
 
 TEST_F(ResumeTest, FinishedRunStaysDone) {
