@@ -178,6 +178,25 @@ bool Eventually(const std::function<bool()>& condition,
   return condition();
 }
 
+// A console in `mode` that appends what it draws to `*out`, and each log line
+// as "LOG <line>\n", under `*mu`; 100 columns wide.
+std::shared_ptr<ProgressConsole> CapturingConsole(
+    ProgressMode mode, std::shared_ptr<std::string> out,
+    std::shared_ptr<absl::Mutex> mu) {
+  ProgressConsole::Options console;
+  console.mode = mode;
+  console.write = [out, mu](absl::string_view text) {
+    absl::MutexLock lock(mu.get());
+    absl::StrAppend(out.get(), text);
+  };
+  console.log = [out, mu](const std::string& line) {
+    absl::MutexLock lock(mu.get());
+    absl::StrAppend(out.get(), "LOG ", line, "\n");
+  };
+  console.width = [] { return 100; };
+  return std::make_shared<ProgressConsole>(std::move(console));
+}
+
 class AgentTest : public ::testing::Test {
  protected:
   void Start(const CoordinatorOptions& options, int port = 0) {
@@ -441,19 +460,8 @@ TEST_F(AgentTest, ProgressConsoleShowsBarsAndCarriesTheLogLines) {
   };
   auto out = std::make_shared<std::string>();
   auto mu = std::make_shared<absl::Mutex>();
-  ProgressConsole::Options console;
-  console.mode = ProgressMode::kBar;
-  console.write = [out, mu](absl::string_view text) {
-    absl::MutexLock lock(mu.get());
-    absl::StrAppend(out.get(), text);
-  };
-  console.log = [out, mu](const std::string& line) {
-    absl::MutexLock lock(mu.get());
-    absl::StrAppend(out.get(), "LOG ", line, "\n");
-  };
-  console.width = [] { return 100; };
   AgentOptions options = Options("barred");
-  options.progress = std::make_shared<ProgressConsole>(std::move(console));
+  options.progress = CapturingConsole(ProgressMode::kBar, out, mu);
   AgentThread agent(std::move(options), FakeFactory(script));
   Done(agent);
   absl::MutexLock lock(mu.get());
@@ -470,18 +478,8 @@ TEST_F(AgentTest, ProgressNoneDropsOnlyTheRoundLines) {
   Start(SmallRun());
   auto out = std::make_shared<std::string>();
   auto mu = std::make_shared<absl::Mutex>();
-  ProgressConsole::Options console;
-  console.mode = ProgressMode::kNone;
-  console.write = [out, mu](absl::string_view text) {
-    absl::MutexLock lock(mu.get());
-    absl::StrAppend(out.get(), text);
-  };
-  console.log = [out, mu](const std::string& line) {
-    absl::MutexLock lock(mu.get());
-    absl::StrAppend(out.get(), "LOG ", line, "\n");
-  };
   AgentOptions options = Options("quiet");
-  options.progress = std::make_shared<ProgressConsole>(std::move(console));
+  options.progress = CapturingConsole(ProgressMode::kNone, out, mu);
   AgentThread agent(std::move(options), FakeFactory(Script()));
   EXPECT_EQ(Done(agent).rounds_trained, 1);
   absl::MutexLock lock(mu.get());

@@ -16,6 +16,7 @@
 #include <cmath>
 #include <map>
 #include <memory>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -82,13 +83,7 @@ class HttpServerTest : public ::testing::Test {
 
   // Every client trains `round` and pushes a delta of `value` everywhere.
   void TrainRound(int64_t round, float value) {
-    for (auto& c : clients_) {
-      auto task = NextTask(*c);
-      ASSERT_EQ(task.task.type(), v1::TASK_TYPE_TRAIN);
-      ASSERT_EQ(task.task.round(), round);
-      std::vector<float> delta(server_->rounds().spec().num_parameters, value);
-      ASSERT_TRUE(c->PushUpdate(Header(round, 100, 2.0 / round), delta).ok());
-    }
+    for (auto& c : clients_) testing::TrainConstant(*c, round, value);
   }
 
   void Evaluate() {
@@ -109,7 +104,22 @@ TEST_F(HttpServerTest, ServesTheDashboardFromTheBinary) {
   EXPECT_EQ(index->status, 200);
   EXPECT_THAT(index->get_header_value("Content-Type"), HasSubstr("text/html"));
   EXPECT_THAT(index->body, HasSubstr("dashboard.js"));
-  // Every asset the page names is served, and nothing comes from elsewhere.
+  // Every asset the page names is served from the binary, and nothing comes
+  // from elsewhere (no absolute URL: machines here have no internet).
+  const std::regex reference(R"re((?:src|href)="([^"]+)")re");
+  int assets = 0;
+  for (auto it = std::sregex_iterator(index->body.begin(), index->body.end(),
+                                      reference);
+       it != std::sregex_iterator(); ++it) {
+    const std::string url = (*it)[1];
+    EXPECT_EQ(url.find("//"), std::string::npos) << "external asset " << url;
+    auto asset = Get("/" + url);
+    ASSERT_TRUE(asset) << url;
+    EXPECT_EQ(asset->status, 200) << url;
+    EXPECT_FALSE(asset->body.empty()) << url;
+    ++assets;
+  }
+  EXPECT_GE(assets, 2);  // the script and the style sheet at least
   EXPECT_THAT(index->body, ::testing::Not(HasSubstr("//cdn")));
   auto script = Get("/dashboard.js");
   ASSERT_TRUE(script);

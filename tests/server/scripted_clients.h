@@ -5,6 +5,7 @@
 // (CoordinatorClient, the agent's own RPC layer) pushing hand-made updates.
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -52,6 +53,21 @@ inline CoordinatorClient::ReceivedTask NextTask(CoordinatorClient& client) {
   }
   ADD_FAILURE() << client.client_id() << " got no task";
   return {};
+}
+
+// Takes the client's next task, which must be TRAIN for `round`, and pushes a
+// delta of `value` in every parameter (100 examples, train loss 2 / round).
+// Returns the task.
+inline CoordinatorClient::ReceivedTask TrainConstant(CoordinatorClient& client,
+                                                     int64_t round,
+                                                     float value) {
+  CoordinatorClient::ReceivedTask task = NextTask(client);
+  EXPECT_EQ(task.task.type(), v1::TASK_TYPE_TRAIN);
+  EXPECT_EQ(task.task.round(), round);
+  const std::vector<float> delta(task.weights.size(), value);
+  const auto pushed = client.PushUpdate(Header(round, 100, 2.0 / round), delta);
+  EXPECT_TRUE(pushed.ok()) << pushed.status();
+  return task;
 }
 
 // Takes the client's next task, which must be EVALUATE, and reports these
