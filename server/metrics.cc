@@ -185,6 +185,9 @@ std::string RenderPrometheus(const v1::GetStatusResponse& status,
   e.Single("fedlearn_evaluations_accepted_total", "counter",
            "Evaluation reports accepted.",
            static_cast<double>(counters.evaluations_accepted));
+  e.Single("fedlearn_evaluations_abandoned_total", "counter",
+           "Evaluation attempts abandoned below quorum at their deadline.",
+           static_cast<double>(counters.evaluations_abandoned));
   e.Single("fedlearn_received_bytes_total", "counter",
            "Bytes of accepted model updates received.",
            static_cast<double>(status.bytes_received()));

@@ -87,6 +87,7 @@ RunCounters TrainingCounters() {
   RunCounters c;
   c.rounds_completed = 2;
   c.rounds_abandoned = 1;
+  c.evaluations_abandoned = 4;
   c.updates_accepted = 8;
   c.updates_rejected.set_duplicate(2);
   c.updates_rejected.set_stale_round(1);
@@ -158,6 +159,7 @@ TEST(PrometheusTest, ReportsTheSnapshot) {
            "fedlearn_round 3",
            "fedlearn_rounds_completed_total 2",
            "fedlearn_rounds_abandoned_total 1",
+           "fedlearn_evaluations_abandoned_total 4",
            "fedlearn_clients_joined_total 4",
            R"(fedlearn_clients{state="ready"} 1)",
            R"(fedlearn_clients{state="training"} 2)",
