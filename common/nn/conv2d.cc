@@ -18,10 +18,9 @@ Shape Conv2D::Init(const Shape& input) {
 void Conv2D::Reserve(int max_batch) {
   const size_t size = static_cast<size_t>(max_batch) * out_.h * out_.w * in_.c *
                       kernel_ * kernel_;
-  if (patches_.size() < size) {
-    patches_.resize(size);
-    dpatches_.resize(size);
-  }
+  if (patches_.size() < size) patches_.resize(size);
+  dpatches_.resize(static_cast<size_t>(out_.h) * out_.w * in_.c * kernel_ *
+                   kernel_);
 }
 
 void Conv2D::Bind(int i, float* values, float* grads) {
@@ -71,27 +70,24 @@ void Conv2D::Im2Col(const float* in, int batch) {
   }
 }
 
-void Conv2D::Col2Im(float* din, int batch) const {
+void Conv2D::Col2Im(const float* dpatch, int b, int batch, float* din) const {
   const int64_t hw_out = out_.h * out_.w;
-  const int64_t m = batch * hw_out;
-  std::fill(din, din + batch * in_.size(), 0.0f);
   for (int64_t ci = 0; ci < in_.c; ++ci) {
+    float* plane = din + (ci * batch + b) * in_.h * in_.w;
+    std::fill(plane, plane + in_.h * in_.w, 0.0f);
     for (int ky = 0; ky < kernel_; ++ky) {
       for (int kx = 0; kx < kernel_; ++kx) {
         const float* col =
-            dpatches_.data() + ((ci * kernel_ + ky) * kernel_ + kx) * m;
+            dpatch + ((ci * kernel_ + ky) * kernel_ + kx) * hw_out;
         const int x0 = std::max(0, pad_ - kx);
         const int x1 = std::min<int>(out_.w, in_.w + pad_ - kx);
-        for (int b = 0; b < batch; ++b) {
-          float* plane = din + (ci * batch + b) * in_.h * in_.w;
-          for (int y = 0; y < out_.h; ++y) {
-            const int iy = y + ky - pad_;
-            if (iy < 0 || iy >= in_.h) continue;
-            const float* src = col + (b * out_.h + y) * out_.w;
-            float* row = plane + iy * in_.w;
-            const int shift = kx - pad_;
-            for (int x = x0; x < x1; ++x) row[x + shift] += src[x];
-          }
+        const int shift = kx - pad_;
+        for (int y = 0; y < out_.h; ++y) {
+          const int iy = y + ky - pad_;
+          if (iy < 0 || iy >= in_.h) continue;
+          const float* src = col + y * out_.w;
+          float* row = plane + iy * in_.w;
+          for (int x = x0; x < x1; ++x) row[x + shift] += src[x];
         }
       }
     }
@@ -119,21 +115,37 @@ void Conv2D::Backward(const float* /*in*/, const float* /*out*/,
   ConstMatrixMap dy(dout, m, out_channels_);
   MatrixMap weight_grad(weight_grad_, k, out_channels_);
   weight_grad.noalias() = patches.transpose() * dy;
-  // A plain loop, not Eigen's colwise().sum(): Eigen's vectorised reduction
-  // starts at the first aligned address, so its rounding would depend on where
-  // `dout` happens to sit and training would not be bit-reproducible from a
-  // seed.
+  // Not Eigen's colwise().sum(): its vectorised reduction starts at the first
+  // aligned address, so its rounding would depend on where `dout` happens to
+  // sit and training would not be bit-reproducible from a seed. Eight running
+  // sums, by index, combined in a fixed order: the same result wherever the
+  // buffer is, and a loop the compiler vectorises.
+  constexpr int kLanes = 8;
   for (int o = 0; o < out_channels_; ++o) {
     const float* column = dout + o * m;
+    float lanes[kLanes] = {};
+    int64_t i = 0;
+    for (; i + kLanes <= m; i += kLanes) {
+      for (int l = 0; l < kLanes; ++l) lanes[l] += column[i + l];
+    }
     float sum = 0;
-    for (int64_t i = 0; i < m; ++i) sum += column[i];
+    for (int l = 0; l < kLanes; ++l) sum += lanes[l];
+    for (; i < m; ++i) sum += column[i];
     bias_grad_[o] = sum;
   }
   if (din == nullptr) return;
+  // dX one sample at a time: that sample's patch gradients (h_out*w_out x K)
+  // are scattered while they are still in cache, instead of writing all
+  // batch*h_out*w_out x K of them out to memory and reading them back.
+  const int64_t hw_out = out_.h * out_.w;
   ConstMatrixMap weight(weight_, k, out_channels_);
-  MatrixMap dpatches(dpatches_.data(), m, k);
-  dpatches.noalias() = dy * weight.transpose();
-  Col2Im(din, batch);
+  MatrixMap dpatch(dpatches_.data(), hw_out, k);
+  for (int b = 0; b < batch; ++b) {
+    Eigen::Map<const Matrix, 0, Eigen::OuterStride<>> dy_b(
+        dout + b * hw_out, hw_out, out_channels_, Eigen::OuterStride<>(m));
+    dpatch.noalias() = dy_b * weight.transpose();
+    Col2Im(dpatch.data(), b, batch, din);
+  }
 }
 
 }  // namespace fedlearn::nn

@@ -12,8 +12,8 @@ namespace fedlearn::nn {
 // [out]. Forward lowers the input to a patch matrix (im2col), M x K
 // column-major with M = batch*h_out*w_out positions and K = in*k*k, so the
 // convolution is one GEMM Y(M x out) = patches * W^T whose result is already in
-// the CNHW layout; backward reuses the patches for dW and scatters dPatches
-// back (col2im) for dX.
+// the CNHW layout; backward reuses the patches for dW and, one sample at a
+// time, computes that sample's dPatches and scatters them back (col2im) for dX.
 class Conv2D final : public Layer {
  public:
   enum class Padding { kValid, kSame };
@@ -34,7 +34,9 @@ class Conv2D final : public Layer {
 
  private:
   void Im2Col(const float* in, int batch);
-  void Col2Im(float* din, int batch) const;
+  // Adds sample b's patch gradients (h_out*w_out x K, column-major) into its
+  // planes of din (CNHW, `batch` samples), which it zeroes first.
+  void Col2Im(const float* dpatch, int b, int batch, float* din) const;
 
   const int out_channels_;
   const int kernel_;
@@ -47,7 +49,7 @@ class Conv2D final : public Layer {
   float* bias_grad_ = nullptr;
   std::vector<float>
       patches_;  // M x K, column-major (each column one (ci, ky, kx))
-  std::vector<float> dpatches_;  // same shape, for backward
+  std::vector<float> dpatches_;  // one sample's rows of it, for backward
 };
 
 }  // namespace fedlearn::nn

@@ -593,6 +593,26 @@ TEST(MaxPool2DTest, ForwardAndBackwardByHand) {
                                     0.0f, 0.0f, 4.0f, 0.0f, 0.0f}));
 }
 
+TEST(MaxPool2DTest, TiesSendTheGradientToTheFirstInWindowOrder) {
+  MaxPool2D pool;
+  pool.Init(Shape{1, 2, 8, true});
+  pool.Reserve(1);
+  // Four windows, in order 0 1 / 2 3: all equal; 1, 2 and 3 tie; 2 and 3
+  // tie; only 3 is the maximum.
+  const std::vector<float> x = {7, 7, 1, 3, 0, 1, 0, 1,  //
+                                7, 7, 3, 3, 4, 4, 0, 2};
+  std::vector<float> y(4);
+  pool.Forward(x.data(), y.data(), 1, true);
+  EXPECT_THAT(y, ElementsAreArray({7.0f, 3.0f, 4.0f, 2.0f}));
+  const std::vector<float> dy = {1, 2, 3, 4};
+  std::vector<float> dx(16, -1.0f);
+  pool.Backward(x.data(), y.data(), dy.data(), dx.data(), 1);
+  EXPECT_THAT(
+      dx, ElementsAreArray({1.0f, 0.0f, 0.0f, 2.0f, 0.0f, 0.0f, 0.0f,
+                            0.0f,  //
+                            0.0f, 0.0f, 0.0f, 0.0f, 3.0f, 0.0f, 0.0f, 4.0f}));
+}
+
 // Distinct values at least 0.05 apart in random order: no ties, and a step of
 // 0.01 cannot change any window's winner.
 std::vector<float> DistinctValues(size_t n, std::mt19937* rng) {
