@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Rounds to a target test accuracy, fedlearn next to an independent FedAvg simulation in
 # PyTorch, on data/mnist (8,000 train / 2,000 test) with 10 clients, all 10 per round,
-# E=1, B=10, Adadelta(lr 1.0, rho 0.95, eps 1e-7; each client keeps its optimizer state),
+# E=1, B=10, Adadelta(lr $LEARNING_RATE, default 1.0, rho 0.95, eps 1e-7; each client
+# keeps its optimizer state),
 # FedAvg weighted by local train size:
 #   fedlearn: bench/convergence.cc, a real in-process coordinator and 10 agents (threads,
 #             1 compute thread each) training with the C++ CnnTrainer over gRPC;
@@ -12,14 +13,14 @@
 # them; shuffling orders and dropout masks differ. The global model is judged after every
 # round on all 2,000 test digits. The runs themselves: bench/peers/rounds.sh.
 #   iid:    target 97% test accuracy, at most $ROUNDS_IID rounds (default 40)
-#   shards: target 95%, at most $ROUNDS_SHARDS rounds (default 60) - FedAvg paper's
-#           pathological non-IID split, most clients see 2 labels
+#   shards: target $TARGET_SHARDS (default 95%), at most $ROUNDS_SHARDS rounds (default
+#           60) - FedAvg paper's pathological non-IID split, most clients see 2 labels
 # A side that does not reach the target reports its best accuracy and rounds run; its
 # ratio is then a lower bound written ">x" or "<x" (or "n/a" if neither reached it).
 #
-# Environment: BUILD_DIR (default build-bench), ROUNDS_IID, ROUNDS_SHARDS, PARTITIONS
-# (default "iid shards"), INPUT_NORM (both sides' input scaling, as the coordinator's
-# --input_norm; default none: p/255).
+# Environment: BUILD_DIR (default build-bench), ROUNDS_IID, ROUNDS_SHARDS, TARGET_SHARDS,
+# PARTITIONS (default "iid shards"), INPUT_NORM (both sides' input scaling, as the
+# coordinator's --input_norm; default none: p/255), LEARNING_RATE (both sides').
 # Last line: rounds_ratio_iid=<x> rounds_ratio_shards=<x> time_ratio_iid=<x>
 #   rounds ratio: fedlearn's rounds to target over PyTorch's;
 #   time ratio:   PyTorch's training wall time to target over fedlearn's.
@@ -28,6 +29,8 @@ cd "$(dirname "$0")/.."
 build="${BUILD_DIR:-build-bench}"
 rounds_iid="${ROUNDS_IID:-40}"
 rounds_shards="${ROUNDS_SHARDS:-60}"
+target_shards="${TARGET_SHARDS:-0.95}"
+learning_rate="${LEARNING_RATE:-1.0}"
 partitions="${PARTITIONS:-iid shards}"
 input_norm="${INPUT_NORM:-none}"
 python=/usr/bin/python3  # Debian's torch is for Debian's python
@@ -52,8 +55,10 @@ echo "== OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE-<unset>} OPENBLAS_L2_SIZE=${OPENB
 for part in $partitions; do
   fedlearn_flags=(--partition="$part" --clients=10)
   case "$part" in
-    iid) run_rounds iid data/mnist 0.97 "$rounds_iid" --input_norm="$input_norm" ;;
-    shards) run_rounds shards data/mnist 0.95 "$rounds_shards" --input_norm="$input_norm" ;;
+    iid) run_rounds iid data/mnist 0.97 "$rounds_iid" --input_norm="$input_norm" \
+      --learning_rate="$learning_rate" ;;
+    shards) run_rounds shards data/mnist "$target_shards" "$rounds_shards" \
+      --input_norm="$input_norm" --learning_rate="$learning_rate" ;;
     *) echo "PARTITIONS: iid and/or shards" >&2; exit 2 ;;
   esac
 done

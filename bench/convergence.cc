@@ -71,6 +71,7 @@ ABSL_FLAG(std::string, model, "mnist_cnn",
           "registry model (common/model_spec.h): mnist_cnn, fedavg_cnn, "
           "mlp_2nn");
 ABSL_FLAG(int, rounds, 40, "most rounds to run");
+ABSL_FLAG(double, learning_rate, 1.0, "the clients' Adadelta learning rate");
 ABSL_FLAG(std::string, input_norm, "none",
           "input standardisation as fedlearn-coordinator's --input_norm: none "
           "(p/255), mnist, fashion-mnist or MEAN,STD");
@@ -138,6 +139,7 @@ absl::Status Run() {
   options.clients_per_round = per_round;
   options.tolerance = 0;  // every selected client's update counts
   options.epochs = absl::GetFlag(FLAGS_epochs);
+  options.learning_rate = absl::GetFlag(FLAGS_learning_rate);
   options.max_rounds = max_rounds;
   // Never stop on the train loss: a benchmark of rounds-to-target runs until
   // the target (non-IID train loss is noisy, and a rise would end the run).

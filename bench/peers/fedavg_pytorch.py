@@ -16,7 +16,7 @@ process, of what fedlearn's coordinator and agents do in bench/convergence.cc:
     each round line says which ("sampling": "replay" or "own");
   - each selected client trains its partition for E=--epochs epochs in batches of B=10
     in a shuffled order (its own seeded generator), starting from the global weights,
-    with Adadelta(lr=1.0, rho=0.95, eps=1e-7) whose state the client keeps across
+    with Adadelta(lr=--learning_rate, default 1.0, rho=0.95, eps=1e-7) whose state the client keeps across
     rounds (also across rounds it is not selected in);
   - the new global model is the mean of the selected clients' weights weighted by their
     train size;
@@ -137,10 +137,10 @@ class Client:
     (load_state_dict copies into them), so each client's Adadelta keeps its state keyed
     on the same tensors."""
 
-    def __init__(self, model, x, y, seed):
+    def __init__(self, model, x, y, seed, lr):
         self.model = model
         self.x, self.y = x, y
-        self.optimizer = make_optimizer(model)
+        self.optimizer = make_optimizer(model, lr)
         self.generator = torch.Generator().manual_seed(seed)
 
     def fit(self, global_state, batch_size, epochs):
@@ -189,6 +189,8 @@ def main():
                         help="stop once the test accuracy reaches this")
     parser.add_argument("--batch_size", type=int, default=10)
     parser.add_argument("--epochs", type=int, default=1, help="local epochs per round (E)")
+    parser.add_argument("--learning_rate", type=float, default=1.0,
+                        help="the clients' Adadelta learning rate")
     parser.add_argument("--clients_per_round", type=int, default=0,
                         help="clients trained per round; 0: all")
     parser.add_argument("--replay",
@@ -213,7 +215,7 @@ def main():
     with open(args.partitions) as f:
         partitions = json.load(f)["partitions"]
     model = MODELS[args.model]()
-    clients = [Client(model, train_x[p], train_y[p], args.seed * 1000 + i)
+    clients = [Client(model, train_x[p], train_y[p], args.seed * 1000 + i, args.learning_rate)
                for i, p in enumerate(partitions)]
     sizes = [len(p) for p in partitions]
     per_round = args.clients_per_round or len(clients)

@@ -90,8 +90,8 @@ def make_model(init_weights=None):
     return model
 
 
-def make_optimizer(model):
-    return torch.optim.Adadelta(model.parameters(), lr=1.0, rho=0.95, eps=1e-7)
+def make_optimizer(model, lr=1.0):
+    return torch.optim.Adadelta(model.parameters(), lr=lr, rho=0.95, eps=1e-7)
 
 
 # --- threads and BLAS --------------------------------------------------------------------
