@@ -34,7 +34,12 @@
 #include "common/partition.h"
 #include "common/signals.h"
 #include "common/tls.h"
+#include "fedlearn/v1/config.pb.h"
 
+ABSL_FLAG(std::string, config, "",
+          "options in protobuf text format, a fedlearn.v1.ClientConfig "
+          "(proto/fedlearn/v1/config.proto): one `flag_name: value` per "
+          "line; flags given on the command line win");
 ABSL_FLAG(std::string, coordinator, "localhost:50051",
           "address of the coordinator, HOST:PORT");
 ABSL_FLAG(std::string, data_dir, "data/mnist",
@@ -360,6 +365,7 @@ int main(int argc, char** argv) {
       argc, argv,
       "fedlearn-client --coordinator=HOST:PORT --data_dir=DIR [flags]\n"
       "Runs federated-learning agents on local MNIST-format data until the "
-      "coordinator's run is DONE.");
+      "coordinator's run is DONE.",
+      fedlearn::v1::ClientConfig::default_instance());
   return fedlearn::Run();
 }

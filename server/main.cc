@@ -13,10 +13,15 @@
 #include "common/log.h"
 #include "common/signals.h"
 #include "common/tls.h"
+#include "fedlearn/v1/config.pb.h"
 #include "server/coordinator_server.h"
 #include "server/http_server.h"
 #include "server/round_manager.h"
 
+ABSL_FLAG(std::string, config, "",
+          "options in protobuf text format, a fedlearn.v1.CoordinatorConfig "
+          "(proto/fedlearn/v1/config.proto): one `flag_name: value` per "
+          "line; flags given on the command line win");
 ABSL_FLAG(int, port, 50051, "gRPC port (0 picks a free one)");
 ABSL_FLAG(std::string, bind, "0.0.0.0", "address the gRPC port listens on");
 ABSL_FLAG(int, http_port, 8080,
@@ -203,6 +208,7 @@ int main(int argc, char** argv) {
   fedlearn::ParseFlags(
       argc, argv,
       "fedlearn-coordinator --port=50051 [flags]\n"
-      "Serves fedlearn.v1.Coordinator: synchronous FedAvg rounds over gRPC.");
+      "Serves fedlearn.v1.Coordinator: synchronous FedAvg rounds over gRPC.",
+      fedlearn::v1::CoordinatorConfig::default_instance());
   return fedlearn::Run();
 }

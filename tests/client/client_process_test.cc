@@ -17,6 +17,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/idx.h"
+#include "fedlearn/v1/config.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/integration/child_process.h"
@@ -107,6 +108,40 @@ TEST_F(ClientProcessTest, MissingDataDirIsAClearError) {
       {FEDLEARN_CLIENT_BINARY, "--data_dir=/nonexistent/fedlearn-digits"});
   EXPECT_EQ(client.Wait(kTimeout), 2);
   EXPECT_THAT(client.output(), HasSubstr("\"/nonexistent/fedlearn-digits\""));
+}
+
+TEST_F(ClientProcessTest, ConfigFileSetsOptionsAndFlagsWin) {
+  const std::string config = testing::WriteTempFile(
+      "client.textproto",
+      "data_dir: \"/nonexistent/config-digits\"\nagents: 2\n");
+  ASSERT_FALSE(config.empty());
+  ChildProcess client({FEDLEARN_CLIENT_BINARY, "--config=" + config});
+  EXPECT_EQ(client.Wait(kTimeout), 2);
+  EXPECT_THAT(client.output(), HasSubstr("\"/nonexistent/config-digits\""));
+
+  ChildProcess overridden({FEDLEARN_CLIENT_BINARY, "--config=" + config,
+                           "--data_dir=/nonexistent/flag-digits"});
+  EXPECT_EQ(overridden.Wait(kTimeout), 2);
+  EXPECT_THAT(overridden.output(), HasSubstr("\"/nonexistent/flag-digits\""));
+  EXPECT_THAT(overridden.output(),
+              ::testing::Not(HasSubstr("/nonexistent/config-digits")));
+
+  const std::string bad =
+      testing::WriteTempFile("client.textproto", "agents: 2\nagent: 3\n");
+  ChildProcess rejected({FEDLEARN_CLIENT_BINARY, "--config=" + bad});
+  EXPECT_EQ(rejected.Wait(kTimeout), 2);
+  EXPECT_THAT(rejected.output(),
+              HasSubstr("client.textproto:2:6: Message type "
+                        "\"fedlearn.v1.ClientConfig\" has no field named "
+                        "\"agent\""));
+}
+
+TEST_F(ClientProcessTest, ConfigMessageHasAFieldForEveryFlag) {
+  ChildProcess help({FEDLEARN_CLIENT_BINARY, "--help"});
+  ASSERT_TRUE(help.Wait(kTimeout).has_value());
+  EXPECT_THAT(
+      testing::ConfigMismatches(help.output(), *v1::ClientConfig::descriptor()),
+      ::testing::IsEmpty());
 }
 
 TEST_F(ClientProcessTest, PartitionsBeyondNumPartitionsAreAClearError) {

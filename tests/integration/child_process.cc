@@ -1,5 +1,6 @@
 #include "tests/integration/child_process.h"
 
+#include <google/protobuf/descriptor.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -9,12 +10,15 @@
 
 #include <fstream>
 #include <iterator>
+#include <set>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "gtest/gtest.h"
 
 extern char** environ;
 
@@ -142,6 +146,39 @@ std::string ReadFile(const std::string& path) {
   std::ifstream file(path);
   return std::string((std::istreambuf_iterator<char>(file)),
                      std::istreambuf_iterator<char>());
+}
+
+std::vector<std::string> ConfigMismatches(
+    const std::string& help, const google::protobuf::Descriptor& config) {
+  std::vector<std::string> mismatches;
+  std::set<std::string> flags;
+  for (const std::string& flag : FlagsInHelp(help)) {
+    const std::string name = flag.substr(2);  // without "--"
+    if (name == "config") continue;
+    flags.insert(name);
+    if (config.FindFieldByName(name) == nullptr) {
+      mismatches.push_back(
+          absl::StrCat(flag, " has no field in ", config.full_name()));
+    }
+  }
+  for (int i = 0; i < config.field_count(); ++i) {
+    if (flags.count(config.field(i)->name()) == 0) {
+      mismatches.push_back(
+          absl::StrCat(config.field(i)->full_name(), " names no flag"));
+    }
+  }
+  return mismatches;
+}
+
+std::string WriteTempFile(const std::string& name,
+                          const std::string& contents) {
+  std::string dir = ::testing::TempDir() + "fedlearn-test-XXXXXX";
+  if (mkdtemp(dir.data()) == nullptr) return "";
+  const std::string path = dir + "/" + name;
+  std::ofstream file(path);
+  file << contents;
+  file.close();
+  return file ? path : "";
 }
 
 }  // namespace fedlearn::testing

@@ -9,6 +9,10 @@
 
 #include "absl/time/time.h"
 
+namespace google::protobuf {
+class Descriptor;
+}  // namespace google::protobuf
+
 namespace fedlearn::testing {
 
 // A program run as a real child process, its stdout and stderr captured through
@@ -58,6 +62,17 @@ std::vector<std::string> FlagsInHelp(const std::string& help);
 // The README of the source tree (FEDLEARN_SOURCE_DIR), or "" if it cannot be
 // read.
 std::string ReadFile(const std::string& path);
+
+// How a binary's flags (its --help output) and the fields of its --config
+// message disagree: "--flag has no field in TYPE" and "TYPE.field names no
+// flag", one entry each; empty when every flag but --config has a field of
+// its name and every field a flag.
+std::vector<std::string> ConfigMismatches(
+    const std::string& help, const google::protobuf::Descriptor& config);
+
+// Writes `contents` to a file called `name` in a new directory under the test
+// temp dir; returns its path, or "" if it could not be written.
+std::string WriteTempFile(const std::string& name, const std::string& contents);
 
 }  // namespace fedlearn::testing
 

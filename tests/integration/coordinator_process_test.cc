@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "client/coordinator_client.h"
+#include "fedlearn/v1/config.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/integration/child_process.h"
@@ -134,6 +135,61 @@ TEST(CoordinatorProcessTest, BadFlagValueIsAClearError) {
   ChildProcess bad_norm(Command({"--input_norm=0.1"}));
   EXPECT_EQ(bad_norm.Wait(kTimeout), 2);
   EXPECT_THAT(bad_norm.output(), HasSubstr("--input_norm=0.1: expected"));
+}
+
+TEST(CoordinatorProcessTest, ConfigFileSetsOptionsAndFlagsWin) {
+  const std::string config = testing::WriteTempFile(
+      "coordinator.textproto",
+      "# a run of the 2NN\nmodel: \"mlp_2nn\"\nmin_clients: 5\n"
+      "round_timeout: \"2m\"\nconvergence_threshold: 0.005\n");
+  ASSERT_FALSE(config.empty());
+  for (const bool override_model : {false, true}) {
+    std::vector<std::string> flags = {"--config", config};
+    if (override_model) flags.push_back("--model=fedavg_cnn");
+    ChildProcess coordinator(Command(flags));
+    const int port = StartCoordinator(coordinator);
+    ASSERT_GT(port, 0) << coordinator.output();
+    auto status = Connect(port)->GetStatus();
+    ASSERT_TRUE(status.ok()) << status.status();
+    EXPECT_EQ(status->model().name(),
+              override_model ? "fedavg_cnn" : "mlp_2nn");
+  }
+}
+
+TEST(CoordinatorProcessTest, BadConfigFileIsAClearError) {
+  struct Case {
+    std::string text;  // the file
+    std::string says;  // in the coordinator's output
+  };
+  for (const Case& c : std::vector<Case>{
+           {"max_rounds: 3\nmax_round: 4\n",
+            "coordinator.textproto:2:10: Message type "
+            "\"fedlearn.v1.CoordinatorConfig\" has no field named "
+            "\"max_round\""},
+           {"max_rounds: \"ten\"\n", "coordinator.textproto:1:13: Expected"},
+           {"round_timeout: \"soon\"\n",
+            "coordinator.textproto: round_timeout: "},
+           // Values pass the same checks as the flags.
+           {"tolerance: 1.5\n", "--tolerance: must be in [0, 1)"},
+       }) {
+    const std::string config =
+        testing::WriteTempFile("coordinator.textproto", c.text);
+    ChildProcess coordinator(Command({"--config=" + config}));
+    EXPECT_EQ(coordinator.Wait(kTimeout), 2) << c.text;
+    EXPECT_THAT(coordinator.output(), HasSubstr(c.says)) << c.text;
+  }
+  ChildProcess missing(Command({"--config=/no/such/coordinator.textproto"}));
+  EXPECT_EQ(missing.Wait(kTimeout), 2);
+  EXPECT_THAT(missing.output(),
+              HasSubstr("--config=/no/such/coordinator.textproto: "));
+}
+
+TEST(CoordinatorProcessTest, ConfigMessageHasAFieldForEveryFlag) {
+  ChildProcess help({FEDLEARN_COORDINATOR_BINARY, "--help"});
+  ASSERT_TRUE(help.Wait(kTimeout).has_value());
+  EXPECT_THAT(testing::ConfigMismatches(help.output(),
+                                        *v1::CoordinatorConfig::descriptor()),
+              ::testing::IsEmpty());
 }
 
 TEST(CoordinatorProcessTest, HelpListsEveryFlagWithItsDefault) {
