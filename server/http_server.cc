@@ -27,7 +27,7 @@ constexpr char kJson[] = "application/json";
 
 struct HttpServer::Impl {
   const RoundManager* rounds = nullptr;
-  httplib::Server server;
+  std::unique_ptr<httplib::Server> server;  // an SSLServer for HTTPS
   std::thread thread;
   int port = 0;
 
@@ -65,48 +65,48 @@ void HttpServer::Impl::Routes() {
       res.set_content(reinterpret_cast<const char*>(asset.data), asset.size,
                       asset.content_type);
     };
-    server.Get(path, handler);
-    if (path == "/index.html") server.Get("/", handler);
+    server->Get(path, handler);
+    if (path == "/index.html") server->Get("/", handler);
   }
-  server.Get("/api/status",
-             [this](const httplib::Request&, httplib::Response& res) {
-               google::protobuf::util::JsonPrintOptions options;
-               options.always_print_primitive_fields = true;
-               options.preserve_proto_field_names = true;
-               std::string json;
-               const auto status = google::protobuf::util::MessageToJsonString(
-                   rounds->GetStatus(), &json, options);
-               if (!status.ok()) {
-                 res.status = 500;
-                 res.set_content(status.ToString(), "text/plain");
-                 return;
-               }
-               res.set_header("Cache-Control", "no-store");
-               res.set_content(json, kJson);
-             });
-  server.Get("/api/parameters",
-             [this](const httplib::Request&, httplib::Response& res) {
-               res.set_header("Cache-Control", "no-store");
-               res.set_content(Parameters(), kJson);
-             });
-  server.Get("/api/history.csv",
-             [this](const httplib::Request&, httplib::Response& res) {
-               const v1::GetStatusResponse status = rounds->GetStatus();
-               res.set_header("Cache-Control", "no-store");
-               res.set_header("Content-Disposition",
-                              absl::StrCat("inline; filename=\"fedlearn-",
-                                           status.run_id(), "-history.csv\""));
-               res.set_content(RenderHistoryCsv(status),
-                               "text/csv; charset=utf-8; header=present");
-             });
-  server.Get(
+  server->Get("/api/status",
+              [this](const httplib::Request&, httplib::Response& res) {
+                google::protobuf::util::JsonPrintOptions options;
+                options.always_print_primitive_fields = true;
+                options.preserve_proto_field_names = true;
+                std::string json;
+                const auto status = google::protobuf::util::MessageToJsonString(
+                    rounds->GetStatus(), &json, options);
+                if (!status.ok()) {
+                  res.status = 500;
+                  res.set_content(status.ToString(), "text/plain");
+                  return;
+                }
+                res.set_header("Cache-Control", "no-store");
+                res.set_content(json, kJson);
+              });
+  server->Get("/api/parameters",
+              [this](const httplib::Request&, httplib::Response& res) {
+                res.set_header("Cache-Control", "no-store");
+                res.set_content(Parameters(), kJson);
+              });
+  server->Get("/api/history.csv",
+              [this](const httplib::Request&, httplib::Response& res) {
+                const v1::GetStatusResponse status = rounds->GetStatus();
+                res.set_header("Cache-Control", "no-store");
+                res.set_header("Content-Disposition",
+                               absl::StrCat("inline; filename=\"fedlearn-",
+                                            status.run_id(), "-history.csv\""));
+                res.set_content(RenderHistoryCsv(status),
+                                "text/csv; charset=utf-8; header=present");
+              });
+  server->Get(
       "/metrics", [this](const httplib::Request&, httplib::Response& res) {
         RunCounters counters;
         const v1::GetStatusResponse status = rounds->GetStatus(&counters);
         res.set_content(RenderPrometheus(status, counters),
                         "text/plain; version=0.0.4; charset=utf-8");
       });
-  server.set_error_handler(
+  server->set_error_handler(
       [](const httplib::Request& req, httplib::Response& res) {
         if (res.status == 404) {
           res.set_content(absl::StrCat("not found: ", req.path, "\n"),
@@ -116,34 +116,47 @@ void HttpServer::Impl::Routes() {
 }
 
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
-    const RoundManager* rounds, const std::string& host, int port) {
+    const RoundManager* rounds, const std::string& host, int port,
+    const TlsFiles& tls) {
   auto impl = std::make_unique<Impl>();
   impl->rounds = rounds;
-  impl->server.new_task_queue = [] {
+  if (tls.cert_path.empty() && tls.key_path.empty()) {
+    impl->server = std::make_unique<httplib::Server>();
+  } else {
+    auto https = std::make_unique<httplib::SSLServer>(tls.cert_path.c_str(),
+                                                      tls.key_path.c_str());
+    if (!https->is_valid()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "HTTPS: cannot load the certificate ", tls.cert_path, " and key ",
+          tls.key_path, " (PEM files of one key pair)"));
+    }
+    impl->server = std::move(https);
+  }
+  impl->server->new_task_queue = [] {
     return new httplib::ThreadPool(kHandlerThreads);
   };
   // httplib's default also sets SO_REUSEPORT, which would let a second
   // coordinator share the port silently: SO_REUSEADDR only.
-  impl->server.set_socket_options([](socket_t sock) {
+  impl->server->set_socket_options([](socket_t sock) {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
   });
   // A dashboard polls every second or two: a short keep-alive returns its
   // worker to the pool between polls, so a few open tabs cannot queue a
   // Prometheus scrape behind them, and Stop() does not wait out idle ones.
-  impl->server.set_keep_alive_timeout(1);
+  impl->server->set_keep_alive_timeout(1);
   impl->Routes();
-  impl->port = port == 0 ? impl->server.bind_to_any_port(host)
-                         : (impl->server.bind_to_port(host, port) ? port : -1);
+  impl->port = port == 0 ? impl->server->bind_to_any_port(host)
+                         : (impl->server->bind_to_port(host, port) ? port : -1);
   if (impl->port <= 0) {
     return absl::UnavailableError(absl::StrCat(
         "HTTP: cannot listen on ", host, ":", port,
         " (in use? --http_port=0 picks a free port, -1 turns HTTP off)"));
   }
   Impl* raw = impl.get();
-  impl->thread = std::thread([raw] { raw->server.listen_after_bind(); });
+  impl->thread = std::thread([raw] { raw->server->listen_after_bind(); });
   // httplib's stop() does nothing before the loop runs: wait for it.
-  while (!impl->server.is_running()) {
+  while (!impl->server->is_running()) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));
@@ -157,7 +170,7 @@ int HttpServer::port() const { return impl_->port; }
 
 void HttpServer::Stop() {
   if (!impl_->thread.joinable()) return;
-  impl_->server.stop();
+  impl_->server->stop();
   impl_->thread.join();
 }
 

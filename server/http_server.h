@@ -20,10 +20,20 @@ class RoundManager;
 // everything is rendered outside its lock.
 class HttpServer {
  public:
+  // PEM files of the certificate chain and private key to serve HTTPS with;
+  // empty: plain HTTP.
+  struct TlsFiles {
+    std::string cert_path;
+    std::string key_path;
+  };
+
   // Serves `rounds` (which must outlive the server) on `host`:`port`; port 0
-  // picks a free one. UNAVAILABLE when the address cannot be bound.
+  // picks a free one. UNAVAILABLE when the address cannot be bound,
+  // INVALID_ARGUMENT when `tls` names files that are not a matching PEM
+  // certificate and key.
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(
-      const RoundManager* rounds, const std::string& host, int port);
+      const RoundManager* rounds, const std::string& host, int port,
+      const TlsFiles& tls = {});
 
   ~HttpServer();  // Stops.
 

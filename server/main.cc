@@ -67,7 +67,8 @@ ABSL_FLAG(std::string, input_norm, "mnist",
           "(0.1307,0.3081), fashion-mnist (0.2860,0.3530), MEAN,STD, or none "
           "(p/255)");
 ABSL_FLAG(std::string, tls_cert, "",
-          "PEM certificate chain: serve gRPC over TLS (with --tls_key)");
+          "PEM certificate chain: serve gRPC, and the dashboard as HTTPS, "
+          "over TLS (with --tls_key)");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
 ABSL_FLAG(std::string, tls_client_ca, "",
           "PEM CA that client certificates must chain to: mutual TLS");
@@ -165,14 +166,19 @@ int Run() {
   std::unique_ptr<HttpServer> http;
   if (const int http_port = absl::GetFlag(FLAGS_http_port); http_port >= 0) {
     const std::string host = absl::GetFlag(FLAGS_http_bind);
-    auto started = HttpServer::Start(&rounds, host, http_port);
+    // With TLS on, the dashboard and /metrics are served over HTTPS with the
+    // same certificate (client certificates are not asked for there).
+    auto started = HttpServer::Start(
+        &rounds, host, http_port,
+        {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key)});
     if (!started.ok()) {
       std::fprintf(stderr, "fedlearn-coordinator: %s\n",
                    started.status().ToString().c_str());
       return 2;
     }
     http = *std::move(started);
-    Logf("dashboard on http://%s:%d/ (metrics on /metrics)",
+    Logf("dashboard on %s://%s:%d/ (metrics on /metrics)",
+         absl::GetFlag(FLAGS_tls_cert).empty() ? "http" : "https",
          host == "0.0.0.0" ? "127.0.0.1" : host, http->port());
   }
   const bool exit_on_done = absl::GetFlag(FLAGS_exit_on_done);

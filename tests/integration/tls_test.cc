@@ -1,8 +1,11 @@
 // TLS and mutual TLS between agents and the coordinator, over real sockets
 // with real certificates (made by tests/util/make-test-certs.sh with openssl):
-// who gets in and who does not, and what bad certificate flags get.
+// who gets in and who does not, and what bad certificate flags get; and the
+// dashboard's HTTPS with the same certificate.
 
 #include "common/tls.h"
+
+#include <httplib.h>
 
 #include <cstdlib>
 #include <memory>
@@ -14,6 +17,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/coordinator_server.h"
+#include "server/http_server.h"
 #include "server/round_manager.h"
 #include "tests/server/scripted_clients.h"
 #include "tests/util/files.h"
@@ -119,6 +123,41 @@ TEST_F(TlsTest, BadFlagsAreClearErrors) {
   EXPECT_EQ(client_without_tls.status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(client_without_tls.status().message(), HasSubstr("--tls"));
+}
+
+TEST_F(TlsTest, DashboardIsServedOverHttpsWithTheSameCertificate) {
+  Start(/*mutual=*/true);  // client certificates are for gRPC only
+  auto http = HttpServer::Start(&server_->rounds(), "127.0.0.1", 0,
+                                {Pem("server.pem"), Pem("server.key")});
+  ASSERT_TRUE(http.ok()) << http.status();
+  const int port = (*http)->port();
+
+  httplib::SSLClient trusting("localhost", port);
+  trusting.set_ca_cert_path(Pem("ca.pem").c_str());
+  trusting.enable_server_certificate_verification(true);
+  auto page = trusting.Get("/api/status");
+  ASSERT_TRUE(page) << httplib::to_string(page.error());
+  EXPECT_EQ(page->status, 200);
+  EXPECT_THAT(page->body,
+              HasSubstr(absl::StrCat("\"run_id\":\"",
+                                     server_->rounds().GetStatus().run_id())));
+
+  // A client of another CA does not accept the certificate, and plain HTTP
+  // gets no page.
+  httplib::SSLClient untrusting("localhost", port);
+  untrusting.set_ca_cert_path(Pem("other-ca.pem").c_str());
+  untrusting.enable_server_certificate_verification(true);
+  EXPECT_FALSE(untrusting.Get("/api/status"));
+  httplib::Client plain("localhost", port);
+  plain.set_read_timeout(2, 0);
+  auto plain_page = plain.Get("/api/status");
+  EXPECT_TRUE(!plain_page || plain_page->status != 200);
+
+  // A key that is not the certificate's is refused at start.
+  auto mismatched = HttpServer::Start(&server_->rounds(), "127.0.0.1", 0,
+                                      {Pem("server.pem"), Pem("client.key")});
+  EXPECT_EQ(mismatched.status().code(), absl::StatusCode::kInvalidArgument)
+      << mismatched.status();
 }
 
 }  // namespace
