@@ -6,12 +6,13 @@
 #
 # Options: --clients N (10), --partition iid|shards|dirichlet:A (iid),
 #          --dataset mnist|fashion-mnist (mnist), --max_rounds R (30), --port P (free port),
-#          --http_port P (dashboard; a free port)
+#          --http_port P (dashboard; a free port), --mode rounds|async (rounds; async
+#          applies each update as it arrives, at most R x N of them)
 # Exits non-zero if anything failed; leaves no process behind (also on Ctrl-C).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-clients=10 partition=iid dataset=mnist max_rounds=30 port=0 http_port=0
+clients=10 partition=iid dataset=mnist max_rounds=30 port=0 http_port=0 mode=rounds
 while [ $# -gt 0 ]; do
   case "$1" in
     --clients) clients=$2; shift 2 ;;
@@ -20,7 +21,8 @@ while [ $# -gt 0 ]; do
     --max_rounds) max_rounds=$2; shift 2 ;;
     --port) port=$2; shift 2 ;;
     --http_port) http_port=$2; shift 2 ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    --mode) mode=$2; shift 2 ;;
+    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
     *) echo "demo.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -31,6 +33,13 @@ scripts/fetch-data.sh
 build="${BUILD_DIR:-build}"
 data="data/$dataset"
 [ -d "$data" ] || { echo "demo.sh: no data set $data" >&2; exit 2; }
+case "$mode" in
+  rounds) updates=$max_rounds; progress="closed|training stopped|abandoned" ;;
+  # In async mode every update is a round of the history: as much training as
+  # max_rounds rounds of all clients, and one progress line per clients' worth.
+  async) updates=$((max_rounds * clients)); progress="training stopped|applied" ;;
+  *) echo "demo.sh: --mode is rounds or async" >&2; exit 2 ;;
+esac
 
 logs=$(mktemp -d)
 pids=()
@@ -49,8 +58,8 @@ trap 'exit 130' INT TERM
 # be computed and then turned away as late.
 start=$(date +%s.%N)
 "$build/server/fedlearn-coordinator" --port="$port" --bind=127.0.0.1 \
-  --min_clients="$clients" --clients_per_round="$clients" --max_rounds="$max_rounds" \
-  --tolerance=0 --http_port="$http_port" --input_norm="$dataset" \
+  --min_clients="$clients" --clients_per_round="$clients" --max_rounds="$updates" \
+  --mode="$mode" --tolerance=0 --http_port="$http_port" --input_norm="$dataset" \
   --round_timeout=10m --eval_timeout=10m 2>"$logs/coordinator.log" &
 pids+=($!)
 coordinator=$!
@@ -62,7 +71,7 @@ for _ in $(seq 1 100); do
   sleep 0.1
 done
 [ -n "$port" ] || { echo "demo.sh: the coordinator did not start:" >&2; cat "$logs/coordinator.log" >&2; exit 1; }
-echo "coordinator on 127.0.0.1:$port; $clients agents, $partition partitions of $data"
+echo "coordinator on 127.0.0.1:$port ($mode mode); $clients agents, $partition partitions of $data"
 [ -n "$dashboard" ] && echo "dashboard: $dashboard (live while the run lasts)"
 
 "$build/client/fedlearn-client" --coordinator="127.0.0.1:$port" --data_dir="$data" \
@@ -72,7 +81,9 @@ client=$!
 
 # Per-round progress, as the coordinator closes rounds.
 tail -n +1 -f "$logs/coordinator.log" --pid="$coordinator" 2>/dev/null |
-  grep --line-buffered -E "closed|training stopped|abandoned" | sed -u 's/^[^ ]* //' &
+  grep --line-buffered -E "$progress" |
+  awk -v every="$([ "$mode" = async ] && echo "$clients" || echo 1)" \
+    '/applied/ && ++n % every != 0 { next } { sub(/^[^ ]* /, ""); print; fflush() }' &
 follower=$!
 
 coordinator_status=0

@@ -28,6 +28,16 @@ ABSL_FLAG(int, http_port, 8080,
           "dashboard, /api and /metrics port (0 picks a free one, -1: off)");
 ABSL_FLAG(std::string, http_bind, "127.0.0.1",
           "address the HTTP port listens on (0.0.0.0 opens it to the network)");
+ABSL_FLAG(std::string, mode, "rounds",
+          "rounds (synchronous FedAvg rounds) or async (a parameter server "
+          "applying every update as it arrives, scaled by its staleness)");
+ABSL_FLAG(double, async_mixing, 0,
+          "async mode: share of a fresh update applied to the global model "
+          "(0: 1 / --min_clients)");
+ABSL_FLAG(double, staleness_exponent, 0.5,
+          "async mode: an update s updates stale is scaled by (1+s)^-this");
+ABSL_FLAG(int, max_staleness, 0,
+          "async mode: updates staler than this are rejected (0: no limit)");
 ABSL_FLAG(std::string, model, "mnist_cnn",
           "model: mnist_cnn, fedavg_cnn or mlp_2nn");
 ABSL_FLAG(uint64_t, seed, 1,
@@ -99,6 +109,12 @@ absl::StatusOr<CoordinatorOptions> OptionsFromFlags() {
       !s.ok()) {
     return s;
   }
+  if (absl::Status s = ParseMode(absl::GetFlag(FLAGS_mode), &o); !s.ok()) {
+    return s;
+  }
+  o.async_mixing = absl::GetFlag(FLAGS_async_mixing);
+  o.staleness_exponent = absl::GetFlag(FLAGS_staleness_exponent);
+  o.max_staleness = absl::GetFlag(FLAGS_max_staleness);
   o.model = absl::GetFlag(FLAGS_model);
   o.seed = absl::GetFlag(FLAGS_seed);
   o.min_clients = absl::GetFlag(FLAGS_min_clients);

@@ -39,6 +39,14 @@ absl::Status CoordinatorOptions::Validate() const {
     return Bad("convergence_threshold",
                "must be a number (-inf: never converge)");
   }
+  if (!(async_mixing >= 0 && async_mixing <= 1)) {
+    return Bad("async_mixing", "must be in [0, 1] (0: 1 / --min_clients)");
+  }
+  if (!(staleness_exponent >= 0 && std::isfinite(staleness_exponent))) {
+    return Bad("staleness_exponent", "must be >= 0");
+  }
+  if (max_staleness < 0)
+    return Bad("max_staleness", "must be >= 0 (0: no limit)");
   if (epochs < 1) return Bad("epochs", "must be at least 1");
   if (batch_size < 1) return Bad("batch_size", "must be at least 1");
   if (optimizer != "adadelta" && optimizer != "sgd" &&
@@ -77,6 +85,18 @@ v1::TrainingPlan CoordinatorOptions::Plan() const {
   plan.set_input_mean(static_cast<float>(input_mean));
   plan.set_input_std(static_cast<float>(input_std));
   return plan;
+}
+
+absl::Status ParseMode(absl::string_view text, CoordinatorOptions* options) {
+  if (text == "rounds") {
+    options->mode = Mode::kRounds;
+  } else if (text == "async") {
+    options->mode = Mode::kAsync;
+  } else {
+    return Bad("mode",
+               absl::StrCat("\"", text, "\": expected rounds or async"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ParseInputNorm(absl::string_view text,

@@ -12,6 +12,15 @@
 
 namespace fedlearn {
 
+// How updates become the global model.
+enum class Mode {
+  // Synchronous FedAvg rounds: sample, wait for a quorum, average.
+  kRounds,
+  // Asynchronous parameter server: every client trains the latest model and
+  // each update is applied as it arrives, scaled down by its staleness.
+  kAsync,
+};
+
 // Everything that shapes a run, set from flags (server/main.cc) or by tests.
 // The defaults are the seed's: 2 clients, 50 rounds, validation every 2 rounds,
 // tolerance 0.3, convergence at 1%, E=1, B=10, Adadelta.
@@ -19,6 +28,8 @@ struct CoordinatorOptions {
   // Model and its initialisation.
   std::string model = "mnist_cnn";
   uint64_t seed = 1;
+
+  Mode mode = Mode::kRounds;
 
   // Round rules (README, "Round lifecycle").
   int min_clients = 2;
@@ -34,6 +45,18 @@ struct CoordinatorOptions {
   // fraction: 0 stops only on a rising loss, a negative value tolerates some
   // rise, -inf never converges.
   double convergence_threshold = 0.01;
+
+  // Async mode (README, "Async mode"): an update trained from the model of
+  // `s` applied updates ago is applied as
+  //   global += mixing * (1 + s)^-staleness_exponent * delta,
+  // where mixing is async_mixing, or 1 / min_clients when that is 0 (N clients
+  // training at once then move the model about as far as one FedAvg round),
+  // and rejected (FAILED_PRECONDITION) when s > max_staleness (0: no limit).
+  // max_rounds counts applied updates; the convergence test compares the mean
+  // train loss of consecutive windows of min_clients updates.
+  double async_mixing = 0;
+  double staleness_exponent = 0.5;
+  int max_staleness = 0;
 
   // Training plan sent to every client.
   int epochs = 1;
@@ -65,12 +88,21 @@ struct CoordinatorOptions {
   size_t chunk_bytes = size_t{64}
                        << 10;  // payload per chunk the coordinator sends
 
+  // async_mixing, with 0 resolved to 1 / min_clients.
+  double AsyncMixing() const {
+    return async_mixing > 0 ? async_mixing : 1.0 / min_clients;
+  }
+
   // Checks ranges and combinations; INVALID_ARGUMENT naming the flag.
   absl::Status Validate() const;
 
   // The training plan these options give every client.
   v1::TrainingPlan Plan() const;
 };
+
+// --mode: "rounds" or "async" into options->mode. INVALID_ARGUMENT naming the
+// flag otherwise.
+absl::Status ParseMode(absl::string_view text, CoordinatorOptions* options);
 
 // --input_norm: "mnist" (0.1307, 0.3081), "fashion-mnist" (0.2860, 0.3530),
 // "MEAN,STD" with STD > 0, or "none" (p / 255), into options->input_mean and

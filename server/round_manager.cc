@@ -26,6 +26,10 @@ struct RoundManager::Client {
   bool told_done = false;
   double last_update_norm = 0;  // L2 norm of its latest accepted delta
   int64_t last_update_round = 0;
+  // Async mode: the round of the TRAIN task it was last sent (0: none), and
+  // of its last accepted update.
+  int64_t task_round = 0;
+  int64_t pushed_round = 0;
 };
 
 // One training round attempt or one evaluation attempt.
@@ -305,6 +309,14 @@ Task RoundManager::TaskForLocked(const std::string& client_id) const {
     task.round = round_;
     return task;
   }
+  if (options_.mode == Mode::kAsync && phase_ == v1::PHASE_TRAINING) {
+    // Whoever asks trains the latest model; a client that asks again has given
+    // up its previous task (an agent only polls after pushing, or restarted).
+    task.type = v1::TASK_TYPE_TRAIN;
+    task.round = model_round_ + 1;
+    task.weights = global_;
+    return task;
+  }
   if (attempt_ != nullptr && attempt_->selected_set.contains(client_id) &&
       !attempt_->accepted.contains(client_id)) {
     task.type =
@@ -372,6 +384,9 @@ void RoundManager::CancelPoll(uint64_t poll_id) {
 
 void RoundManager::NoteSentLocked(const Task& task, Client* client) {
   if (task.type == v1::TASK_TYPE_DONE) client->told_done = true;
+  if (options_.mode == Mode::kAsync && task.type == v1::TASK_TYPE_TRAIN) {
+    client->task_round = task.round;
+  }
   if (task.weights != nullptr) {
     const auto bytes =
         static_cast<int64_t>(task.weights->size() * sizeof(float));
@@ -401,6 +416,19 @@ void RoundManager::MaybeStartAttemptLocked(absl::Time now,
                                            Callbacks* callbacks) {
   if (shutting_down_ || attempt_ != nullptr || phase_ == v1::PHASE_DONE) return;
   std::vector<std::string> alive = AliveClientsLocked(now);
+  if (options_.mode == Mode::kAsync && phase_ != v1::PHASE_EVALUATING) {
+    // Training starts once min_clients are alive and then runs on with
+    // whoever is there.
+    if (phase_ == v1::PHASE_WAITING_FOR_CLIENTS &&
+        static_cast<int>(alive.size()) >= options_.min_clients) {
+      phase_ = v1::PHASE_TRAINING;
+      last_applied_ = now;
+      Logf("async training started with %d clients at round %d", alive.size(),
+           model_round_ + 1);
+      DeliverTasksLocked(callbacks);
+    }
+    return;
+  }
   if (phase_ == v1::PHASE_EVALUATING) {
     if (alive.empty()) return;
     StartAttemptLocked(/*evaluation=*/true, std::move(alive), now);
@@ -501,8 +529,49 @@ void RoundManager::RecordRejection(Rejection reason) {
   CountRejectionLocked(reason);
 }
 
+absl::Status RoundManager::CheckAsyncUpdateLocked(
+    const v1::UpdateHeader& header) {
+  if (phase_ != v1::PHASE_TRAINING) {
+    CountRejectionLocked(Rejection::kStaleRound);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "client ", header.client_id(), ": training is not running (phase ",
+        v1::Phase_Name(phase_), ")"));
+  }
+  auto it = clients_.find(header.client_id());
+  if (it == clients_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("unknown client \"", header.client_id(), "\""));
+  }
+  const Client& client = *it->second;
+  if (header.round() == client.pushed_round) {
+    CountRejectionLocked(Rejection::kDuplicate);
+    return absl::AlreadyExistsError(
+        absl::StrCat("client ", header.client_id(), ": update for round ",
+                     header.round(), " already applied"));
+  }
+  if (client.task_round == 0 || header.round() != client.task_round) {
+    CountRejectionLocked(Rejection::kStaleRound);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "client ", header.client_id(), ": update for round ", header.round(),
+        ", its task is for round ", client.task_round));
+  }
+  const int64_t staleness = model_round_ + 1 - header.round();
+  if (options_.max_staleness > 0 && staleness > options_.max_staleness) {
+    CountRejectionLocked(Rejection::kStaleRound);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "client ", header.client_id(), ": update trained for round ",
+        header.round(), " is ", staleness,
+        " updates stale (--max_staleness=", options_.max_staleness, ")"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status RoundManager::CheckUpdateLocked(const v1::UpdateHeader& header) {
   if (absl::Status s = CheckRunningLocked(); !s.ok()) return s;
+  if (options_.mode == Mode::kAsync) {
+    if (absl::Status s = CheckAsyncUpdateLocked(header); !s.ok()) return s;
+    return CheckUpdateMetricsLocked(header);
+  }
   if (phase_ != v1::PHASE_TRAINING || attempt_ == nullptr ||
       attempt_->evaluation) {
     CountRejectionLocked(Rejection::kStaleRound);
@@ -528,6 +597,11 @@ absl::Status RoundManager::CheckUpdateLocked(const v1::UpdateHeader& header) {
         absl::StrCat("client ", header.client_id(), ": update for round ",
                      attempt_->round, " already accepted"));
   }
+  return CheckUpdateMetricsLocked(header);
+}
+
+absl::Status RoundManager::CheckUpdateMetricsLocked(
+    const v1::UpdateHeader& header) {
   const bool finite =
       Finite(header.train_loss()) && Finite(header.train_accuracy()) &&
       Finite(header.validation_loss()) && Finite(header.validation_accuracy());
@@ -548,7 +622,8 @@ absl::StatusOr<std::shared_ptr<CancelHandle>> RoundManager::AdmitUpdate(
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckUpdateLocked(header); !s.ok()) return s;
   auto handle = std::make_shared<CancelHandle>(std::move(cancel));
-  attempt_->in_flight.push_back(handle);
+  // Async mode has no round to close under a push: nothing cancels it.
+  if (attempt_ != nullptr) attempt_->in_flight.push_back(handle);
   return handle;
 }
 
@@ -567,38 +642,149 @@ absl::StatusOr<v1::PushGradientResponse> RoundManager::CommitUpdate(
           absl::StrCat("client ", header.client_id(), ": expected ",
                        spec_.num_parameters, " floats, got ", delta.size()));
     }
-    Attempt& a = *attempt_;
-    const double weight = static_cast<double>(header.num_examples());
-    const absl::Time fold_start = absl::Now();
-    accumulator_.Fold(weight, delta);
-    counters_.aggregation_latency.Observe(
-        absl::ToDoubleSeconds(absl::Now() - fold_start));
-    ++counters_.updates_accepted;
-    a.accepted.insert(header.client_id());
-    a.loss.Add(header.train_loss(), weight);
-    a.accuracy.Add(header.train_accuracy(), weight);
-    if (header.num_validation_examples() > 0) {
-      const double vw = static_cast<double>(header.num_validation_examples());
-      a.validation_loss.Add(header.validation_loss(), vw);
-      a.validation_accuracy.Add(header.validation_accuracy(), vw);
+    if (options_.mode == Mode::kAsync) {
+      ApplyAsyncUpdateLocked(header, delta, bytes, norm, &response, &callbacks);
+    } else {
+      FoldUpdateLocked(header, delta, bytes, norm, &response, &callbacks);
     }
-    a.num_examples += header.num_examples();
-    a.bytes_received += bytes;
-    bytes_received_ += bytes;
-    Client& client = *clients_.at(header.client_id());
-    ++client.rounds_contributed;
-    client.last_update_norm = norm;
-    client.last_update_round = a.round;
-    client.last_seen = absl::Now();
-    response.set_round(a.round);
-    response.set_accepted_this_round(static_cast<int>(a.accepted.size()));
-    Logf("round %d: update from %s accepted (%d/%d, %d examples, loss %.4f)",
-         a.round, header.client_id(), a.accepted.size(), a.selected.size(),
-         header.num_examples(), header.train_loss());
-    CloseIfAnsweredLocked(&callbacks);
   }
   for (auto& callback : callbacks) callback();
   return response;
+}
+
+void RoundManager::FoldUpdateLocked(const v1::UpdateHeader& header,
+                                    absl::Span<const float> delta,
+                                    int64_t bytes, double norm,
+                                    v1::PushGradientResponse* response,
+                                    Callbacks* callbacks) {
+  Attempt& a = *attempt_;
+  const double weight = static_cast<double>(header.num_examples());
+  const absl::Time fold_start = absl::Now();
+  accumulator_.Fold(weight, delta);
+  counters_.aggregation_latency.Observe(
+      absl::ToDoubleSeconds(absl::Now() - fold_start));
+  ++counters_.updates_accepted;
+  a.accepted.insert(header.client_id());
+  a.loss.Add(header.train_loss(), weight);
+  a.accuracy.Add(header.train_accuracy(), weight);
+  if (header.num_validation_examples() > 0) {
+    const double vw = static_cast<double>(header.num_validation_examples());
+    a.validation_loss.Add(header.validation_loss(), vw);
+    a.validation_accuracy.Add(header.validation_accuracy(), vw);
+  }
+  a.num_examples += header.num_examples();
+  a.bytes_received += bytes;
+  bytes_received_ += bytes;
+  Client& client = *clients_.at(header.client_id());
+  ++client.rounds_contributed;
+  client.last_update_norm = norm;
+  client.last_update_round = a.round;
+  client.last_seen = absl::Now();
+  response->set_round(a.round);
+  response->set_accepted_this_round(static_cast<int>(a.accepted.size()));
+  Logf("round %d: update from %s accepted (%d/%d, %d examples, loss %.4f)",
+       a.round, header.client_id(), a.accepted.size(), a.selected.size(),
+       header.num_examples(), header.train_loss());
+  CloseIfAnsweredLocked(callbacks);
+}
+
+void RoundManager::ApplyAsyncUpdateLocked(const v1::UpdateHeader& header,
+                                          absl::Span<const float> delta,
+                                          int64_t bytes, double norm,
+                                          v1::PushGradientResponse* response,
+                                          Callbacks* callbacks) {
+  const absl::Time now = absl::Now();
+  const int64_t staleness = model_round_ + 1 - header.round();
+  const double scale =
+      options_.AsyncMixing() * std::pow(1.0 + static_cast<double>(staleness),
+                                        -options_.staleness_exponent);
+  const float step = static_cast<float>(scale);
+  auto next = std::make_shared<std::vector<float>>(*global_);
+  for (size_t i = 0; i < next->size(); ++i) (*next)[i] += step * delta[i];
+  global_ = std::move(next);
+  ++model_round_;
+  counters_.aggregation_latency.Observe(
+      absl::ToDoubleSeconds(absl::Now() - now));
+  ++counters_.updates_accepted;
+  ++counters_.rounds_completed;
+
+  v1::RoundRecord record;
+  record.set_round(model_round_);
+  record.set_attempt(1);
+  record.set_selected(1);
+  record.set_responded(1);
+  record.add_selected_clients(header.client_id());
+  record.set_outcome("async");
+  record.set_duration_seconds(absl::ToDoubleSeconds(now - last_applied_));
+  record.set_bytes_received(bytes);
+  record.set_bytes_sent(static_cast<int64_t>(global_->size() * sizeof(float)));
+  record.set_staleness(staleness);
+  record.set_update_scale(scale);
+  v1::RoundMetrics* metrics = record.mutable_metrics();
+  metrics->set_num_examples(header.num_examples());
+  metrics->set_train_loss(header.train_loss());
+  metrics->set_train_accuracy(header.train_accuracy());
+  if (header.num_validation_examples() > 0) {
+    metrics->set_has_validation(true);
+    metrics->set_validation_loss(header.validation_loss());
+    metrics->set_validation_accuracy(header.validation_accuracy());
+  }
+  counters_.round_duration.Observe(record.duration_seconds());
+  last_applied_ = now;
+  bytes_received_ += bytes;
+
+  Client& client = *clients_.at(header.client_id());
+  ++client.rounds_contributed;
+  client.last_update_norm = norm;
+  client.last_update_round = model_round_;
+  client.last_seen = now;
+  client.pushed_round = header.round();
+  client.task_round = 0;
+  response->set_round(model_round_);
+  response->set_accepted_this_round(1);
+
+  // Convergence on windows of min_clients updates: single updates' losses
+  // are one client's data each, too noisy to compare one by one.
+  window_loss_.Add(header.train_loss(),
+                   static_cast<double>(header.num_examples()));
+  bool converged = false;
+  const bool window_closed = ++window_updates_ >= options_.min_clients;
+  if (window_closed) {
+    const double loss = window_loss_.value();
+    if (previous_train_loss_.has_value() && *previous_train_loss_ > 0) {
+      const double improvement =
+          (*previous_train_loss_ - loss) / *previous_train_loss_;
+      record.set_relative_improvement(improvement);
+      converged = improvement < options_.convergence_threshold;
+    }
+    previous_train_loss_ = loss;
+    window_loss_ = WeightedMean();
+    window_updates_ = 0;
+  }
+  Logf(
+      "round %d: update from %s applied (staleness %d, scale %.3f, %d "
+      "examples, loss %.4f)",
+      model_round_, header.client_id(), staleness, scale, header.num_examples(),
+      header.train_loss());
+  const bool stop = converged || model_round_ >= options_.max_rounds;
+  if (stop) {
+    stop_reason_ = converged ? "converged" : "max_rounds";
+    phase_ = v1::PHASE_EVALUATING;
+    round_ = model_round_;
+    attempt_number_ = 0;
+    Logf("round %d: training stopped (%s); evaluating", model_round_,
+         stop_reason_);
+  } else {
+    round_ = model_round_ + 1;
+  }
+  history_.push_back(std::move(record));
+  // Saved once a window (a model per update would be a disk write per push)
+  // and when training stops.
+  std::function<void()> save = window_closed || stop ? SaveLocked() : nullptr;
+  timer_dirty_ = true;
+  MaybeStartAttemptLocked(now, callbacks);
+  DeliverTasksLocked(callbacks);
+  if (save) callbacks->push_back(std::move(save));
 }
 
 absl::Status RoundManager::ReportEval(const v1::ReportEvalRequest& request) {
@@ -835,6 +1021,9 @@ v1::GetStatusResponse RoundManager::GetStatus(RunCounters* counters) const {
     } else if (attempt_ != nullptr && attempt_->selected_set.contains(id) &&
                !attempt_->accepted.contains(id)) {
       state = attempt_->evaluation ? "evaluating" : "training";
+    } else if (options_.mode == Mode::kAsync && phase_ == v1::PHASE_TRAINING &&
+               c.task_round != 0) {
+      state = "training";
     }
     info->set_state(state);
     info->set_last_seen_ms_ago(absl::ToInt64Milliseconds(now - c.last_seen));

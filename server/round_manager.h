@@ -77,6 +77,9 @@ enum class Rejection {
 // The coordinator's state machine: client registry, sampling, tasks, streaming
 // FedAvg, convergence, the evaluation phase and the run's history. Lifecycle:
 //   WAITING_FOR_CLIENTS -> TRAINING(r) -> ... -> EVALUATING -> DONE.
+// In async mode (CoordinatorOptions::mode) TRAINING has no rounds to wait
+// for: every poll gets the latest model and every update is applied as it
+// arrives (a history record each); the evaluation phase is the same.
 // Every method is thread-safe; all state is guarded by one mutex, and callbacks
 // handed in (poll completions, cancel actions) are always called without it
 // held. A background thread enforces deadlines: round and evaluation timeouts,
@@ -233,6 +236,26 @@ class RoundManager {
   // Checks a push header against the state; on rejection counts it.
   absl::Status CheckUpdateLocked(const v1::UpdateHeader& header)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The part of it both modes share: example count, finite metrics, encoding.
+  absl::Status CheckUpdateMetricsLocked(const v1::UpdateHeader& header)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Rounds mode: folds a checked update into the open round's aggregate and
+  // closes the round at quorum.
+  void FoldUpdateLocked(const v1::UpdateHeader& header,
+                        absl::Span<const float> delta, int64_t bytes,
+                        double norm, v1::PushGradientResponse* response,
+                        Callbacks* callbacks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The async-mode part of it: the client's task, staleness.
+  absl::Status CheckAsyncUpdateLocked(const v1::UpdateHeader& header)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Async mode: applies a checked update to the global model, records it and
+  // stops training at max_rounds or convergence.
+  void ApplyAsyncUpdateLocked(const v1::UpdateHeader& header,
+                              absl::Span<const float> delta, int64_t bytes,
+                              double norm, v1::PushGradientResponse* response,
+                              Callbacks* callbacks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CountRejectionLocked(Rejection reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckRunningLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -260,7 +283,14 @@ class RoundManager {
   Weights global_ ABSL_GUARDED_BY(mu_);
   int64_t model_round_ ABSL_GUARDED_BY(mu_) = 0;  // rounds folded into global_
   FedAvgAccumulator accumulator_ ABSL_GUARDED_BY(mu_);
+  // Rounds mode: the previous round's train loss; async mode: the previous
+  // window's (see CoordinatorOptions::max_staleness).
   std::optional<double> previous_train_loss_ ABSL_GUARDED_BY(mu_);
+  // Async mode: when the last update was applied (or training started), and
+  // the train loss of the updates of the window so far.
+  absl::Time last_applied_ ABSL_GUARDED_BY(mu_);
+  WeightedMean window_loss_ ABSL_GUARDED_BY(mu_);
+  int window_updates_ ABSL_GUARDED_BY(mu_) = 0;
   std::string stop_reason_ ABSL_GUARDED_BY(mu_);
   std::optional<v1::EvaluationResult> final_evaluation_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::RoundRecord> history_ ABSL_GUARDED_BY(mu_);

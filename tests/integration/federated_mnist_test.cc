@@ -1,8 +1,9 @@
 // A real federated run in one process: the coordinator on a loopback port and
 // three agents training the seed's CNN with the C++ trainer on disjoint slices
 // of the real MNIST digits of data/mnist (scripts/fetch-data.sh), for two
-// rounds and an evaluation.
+// rounds (or, in async mode, six applied updates) and an evaluation.
 
+#include <cmath>
 #include <memory>
 #include <string>
 #include <thread>
@@ -24,7 +25,10 @@ constexpr int kAgents = 3;
 constexpr int64_t kTrainPerAgent = 400;
 constexpr int64_t kTestPerAgent = 100;
 
-TEST(FederatedMnistTest, ThreeAgentsTrainTwoRoundsAndAccuracyRises) {
+class FederatedMnistTest : public ::testing::TestWithParam<Mode> {};
+
+TEST_P(FederatedMnistTest, ThreeAgentsTrainAndAccuracyRises) {
+  const bool async = GetParam() == Mode::kAsync;
   const std::string dir = absl::StrCat(FEDLEARN_SOURCE_DIR, "/data/mnist");
   absl::StatusOr<Dataset> train = LoadMnistDir(dir, /*train=*/true);
   absl::StatusOr<Dataset> test = LoadMnistDir(dir, /*train=*/false);
@@ -42,7 +46,9 @@ TEST(FederatedMnistTest, ThreeAgentsTrainTwoRoundsAndAccuracyRises) {
   options.model = "mnist_cnn";
   options.min_clients = kAgents;
   options.clients_per_round = kAgents;
-  options.max_rounds = 2;
+  options.mode = GetParam();
+  // Rounds: two rounds of all three. Async: six updates, about two each.
+  options.max_rounds = async ? 6 : 2;
   options.convergence_threshold = 0;  // only a rising loss would stop it early
   options.rounds_between_validations = 1;
   options.round_timeout = absl::Minutes(5);
@@ -88,20 +94,40 @@ TEST(FederatedMnistTest, ThreeAgentsTrainTwoRoundsAndAccuracyRises) {
 
   for (int i = 0; i < kAgents; ++i) {
     ASSERT_TRUE(results[i].ok()) << results[i].status();
-    EXPECT_EQ(results[i]->rounds_trained, 2);
+    if (!async) {
+      EXPECT_EQ(results[i]->rounds_trained, 2);
+    }
     EXPECT_TRUE(results[i]->evaluated);
   }
   const v1::GetStatusResponse status = (*server)->rounds().GetStatus();
   ASSERT_EQ(status.phase(), v1::PHASE_DONE);
   EXPECT_EQ(status.stop_reason(), "max_rounds");
-  ASSERT_EQ(status.history_size(), 3);
-  EXPECT_EQ(status.history(0).responded(), kAgents);
-  EXPECT_EQ(status.history(1).responded(), kAgents);
-  EXPECT_TRUE(status.history(2).evaluation());
-  // Learning shows in the federated metrics...
-  EXPECT_LT(status.history(1).metrics().train_loss(),
-            status.history(0).metrics().train_loss());
-  EXPECT_GT(status.history(1).metrics().validation_accuracy(), 0.5);
+  const int training_records = options.max_rounds;
+  ASSERT_EQ(status.history_size(), training_records + 1);
+  EXPECT_TRUE(status.history(training_records).evaluation());
+  if (async) {
+    // Each applied update is a record; with three agents training at once,
+    // most arrive after others were applied, and are scaled down.
+    int stale = 0;
+    for (int r = 0; r < training_records; ++r) {
+      EXPECT_EQ(status.history(r).outcome(), "async");
+      EXPECT_EQ(status.history(r).round(), r + 1);
+      // Mixing 1 / min_clients, staleness exponent 0.5 (the defaults).
+      EXPECT_NEAR(
+          status.history(r).update_scale(),
+          1.0 / kAgents / std::sqrt(1.0 + status.history(r).staleness()),
+          1e-12);
+      stale += status.history(r).staleness() > 0;
+    }
+    EXPECT_GT(stale, 0);
+  } else {
+    EXPECT_EQ(status.history(0).responded(), kAgents);
+    EXPECT_EQ(status.history(1).responded(), kAgents);
+    // Learning shows in the federated metrics...
+    EXPECT_LT(status.history(1).metrics().train_loss(),
+              status.history(0).metrics().train_loss());
+    EXPECT_GT(status.history(1).metrics().validation_accuracy(), 0.5);
+  }
   EXPECT_GT(status.final_evaluation().test_accuracy(), 0.75);
   EXPECT_EQ(status.final_evaluation().num_examples(), kAgents * kTestPerAgent);
 
@@ -123,6 +149,13 @@ TEST(FederatedMnistTest, ThreeAgentsTrainTwoRoundsAndAccuracyRises) {
   EXPECT_GT(after->accuracy, before->accuracy + 0.4);
   EXPECT_NEAR(after->accuracy, status.final_evaluation().test_accuracy(), 1e-9);
 }
+
+INSTANTIATE_TEST_SUITE_P(Modes, FederatedMnistTest,
+                         ::testing::Values(Mode::kRounds, Mode::kAsync),
+                         [](const ::testing::TestParamInfo<Mode>& info) {
+                           return info.param == Mode::kAsync ? "Async"
+                                                             : "Rounds";
+                         });
 
 }  // namespace
 }  // namespace fedlearn

@@ -613,6 +613,155 @@ TEST_F(CoordinatorServiceTest, HealthIsServing) {
   EXPECT_EQ(response.status(), grpc::health::v1::HealthCheckResponse::SERVING);
 }
 
+// --- Async mode -------------------------------------------------------------
+
+CoordinatorOptions AsyncRun() {
+  CoordinatorOptions o = SmallRun();
+  o.mode = Mode::kAsync;
+  o.min_clients = 2;
+  o.max_rounds = 3;
+  o.async_mixing = 0.5;
+  o.staleness_exponent = 1.0;  // scale = 0.5 / (1 + staleness)
+  return o;
+}
+
+// The model after applying `delta` (the same in every parameter) at `scale`,
+// computed as the coordinator must: in float, parameter by parameter.
+std::vector<float> Applied(std::vector<float> weights, double scale,
+                           float delta) {
+  const float step = static_cast<float>(scale);
+  for (float& w : weights) w += step * delta;
+  return weights;
+}
+
+TEST_F(CoordinatorServiceTest, AsyncAppliesEachUpdateScaledByItsStaleness) {
+  Start(AsyncRun());
+  auto a = Join();
+  auto b = Join();
+  const std::vector<float> initial = Global();
+  // Both train the initial model, for round 1.
+  auto task_a = NextTask(*a);
+  auto task_b = NextTask(*b);
+  ASSERT_EQ(task_a.task.type(), v1::TASK_TYPE_TRAIN);
+  ASSERT_EQ(task_b.task.type(), v1::TASK_TYPE_TRAIN);
+  EXPECT_EQ(task_a.task.round(), 1);
+  EXPECT_EQ(task_b.task.round(), 1);
+  EXPECT_EQ(task_a.weights, initial);
+  EXPECT_EQ(Status().phase(), v1::PHASE_TRAINING);
+
+  // a's update is fresh: scale 0.5. b trained the same model, which is one
+  // update old by the time it arrives: scale 0.5 / 2.
+  auto pushed = a->PushUpdate(Header(1, 100, 2.0),
+                              std::vector<float>(NumParameters(), 0.25f));
+  ASSERT_TRUE(pushed.ok()) << pushed.status();
+  EXPECT_EQ(pushed->round(), 1);
+  const std::vector<float> after_a = Applied(initial, 0.5, 0.25f);
+  EXPECT_EQ(Global(), after_a);
+  pushed = b->PushUpdate(Header(1, 100, 1.0),
+                         std::vector<float>(NumParameters(), 0.5f));
+  ASSERT_TRUE(pushed.ok()) << pushed.status();
+  EXPECT_EQ(pushed->round(), 2);
+  const std::vector<float> after_b = Applied(after_a, 0.25, 0.5f);
+  EXPECT_EQ(Global(), after_b);
+
+  v1::GetStatusResponse status = Status();
+  ASSERT_EQ(status.history_size(), 2);
+  EXPECT_EQ(status.history(0).outcome(), "async");
+  EXPECT_EQ(status.history(0).staleness(), 0);
+  EXPECT_DOUBLE_EQ(status.history(0).update_scale(), 0.5);
+  EXPECT_EQ(status.history(0).selected_clients(0), a->client_id());
+  EXPECT_EQ(status.history(1).staleness(), 1);
+  EXPECT_DOUBLE_EQ(status.history(1).update_scale(), 0.25);
+  // The window of min_clients = 2 updates closed: its mean loss is the
+  // convergence state (no previous window to compare with yet).
+  EXPECT_EQ(status.history(1).relative_improvement(), 0);
+  EXPECT_EQ(status.round(), 3);
+
+  // A poll never waits for a round: a gets the latest model at once.
+  auto next = NextTask(*a);
+  ASSERT_EQ(next.task.type(), v1::TASK_TYPE_TRAIN);
+  EXPECT_EQ(next.task.round(), 3);
+  EXPECT_EQ(next.weights, after_b);
+  pushed = a->PushUpdate(Header(3, 100, 0.5),
+                         std::vector<float>(NumParameters(), 1.0f));
+  ASSERT_TRUE(pushed.ok()) << pushed.status();
+  EXPECT_EQ(Global(), Applied(after_b, 0.5, 1.0f));
+
+  // max_rounds = 3 updates: the evaluation phase and DONE, as in rounds mode.
+  EXPECT_EQ(Status().phase(), v1::PHASE_EVALUATING);
+  EXPECT_EQ(Status().stop_reason(), "max_rounds");
+  testing::Evaluate(*a, 0.3, 0.9, 50);
+  testing::Evaluate(*b, 0.5, 0.7, 50);
+  status = Status();
+  EXPECT_EQ(status.phase(), v1::PHASE_DONE);
+  EXPECT_NEAR(status.final_evaluation().test_accuracy(), 0.8, 1e-12);
+}
+
+TEST_F(CoordinatorServiceTest, AsyncRejectsStaleRepeatedAndAbandonedUpdates) {
+  CoordinatorOptions options = AsyncRun();
+  options.min_clients = 3;
+  options.max_rounds = 10;
+  options.max_staleness = 1;
+  Start(options);
+  auto clients = JoinAll(3);
+  CoordinatorClient& a = *clients[0];
+  CoordinatorClient& b = *clients[1];
+  CoordinatorClient& c = *clients[2];
+  for (auto& client : clients) {
+    ASSERT_EQ(NextTask(*client).task.round(), 1);
+  }
+  const std::vector<float> delta(NumParameters(), 0.1f);
+  ASSERT_TRUE(a.PushUpdate(Header(1, 100, 2.0), delta).ok());
+  ASSERT_TRUE(b.PushUpdate(Header(1, 100, 2.0), delta).ok());  // 1 stale
+
+  // c's update is 2 updates stale: rejected, and the model is untouched.
+  std::vector<float> before = Global();
+  auto pushed = c.PushUpdate(Header(1, 100, 2.0), delta);
+  EXPECT_EQ(pushed.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(pushed.status().message(), HasSubstr("2 updates stale"));
+  EXPECT_EQ(Global(), before);
+
+  // a pushing its round-1 update again: ALREADY_EXISTS, untouched.
+  pushed = a.PushUpdate(Header(1, 100, 2.0), delta);
+  EXPECT_EQ(pushed.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(Global(), before);
+
+  // c takes the latest model (round 3); a's round-3 update is applied; c
+  // polls again and so gives its round-3 task up for round 4: an update for
+  // round 3 from c is one for a task it no longer holds.
+  ASSERT_EQ(NextTask(c).task.round(), 3);
+  ASSERT_EQ(NextTask(a).task.round(), 3);
+  ASSERT_TRUE(a.PushUpdate(Header(3, 100, 2.0), delta).ok());
+  ASSERT_EQ(NextTask(c).task.round(), 4);
+  before = Global();
+  pushed = c.PushUpdate(Header(3, 100, 2.0), delta);
+  EXPECT_EQ(pushed.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(pushed.status().message(), HasSubstr("its task is for round 4"));
+  EXPECT_EQ(Global(), before);
+  // The task it holds is applied.
+  pushed = c.PushUpdate(Header(4, 100, 2.0), delta);
+  ASSERT_TRUE(pushed.ok()) << pushed.status();
+  EXPECT_EQ(pushed->round(), 4);
+  EXPECT_EQ(Status().history_size(), 4);
+}
+
+TEST(CoordinatorOptionsTest, AsyncFlagsAreChecked) {
+  CoordinatorOptions o;
+  EXPECT_TRUE(ParseMode("async", &o).ok());
+  EXPECT_EQ(o.mode, Mode::kAsync);
+  EXPECT_THAT(ParseMode("sync", &o).message(),
+              HasSubstr("--mode: \"sync\": expected rounds or async"));
+  EXPECT_DOUBLE_EQ(o.AsyncMixing(), 1.0 / o.min_clients);  // 0: automatic
+  o.async_mixing = 1.5;
+  EXPECT_THAT(o.Validate().message(), HasSubstr("--async_mixing"));
+  o.async_mixing = 1;
+  o.staleness_exponent = -1;
+  EXPECT_THAT(o.Validate().message(), HasSubstr("--staleness_exponent"));
+  o.staleness_exponent = 0.5;
+  o.max_staleness = -1;
+  EXPECT_THAT(o.Validate().message(), HasSubstr("--max_staleness"));
+}
+
 // One request on the reflection stream, as grpcurl makes it, through the
 // generic stub: the request and response are raw protobuf bytes, so this needs
 // no reflection.proto.
