@@ -573,8 +573,11 @@
     const categories = history.map(recordLabel);
     const kindColor = r => r.outcome === 'abandoned' ? COLORS.abandonedBar
       : r.evaluation ? COLORS.evaluationBar : COLORS.trainingBar;
-    const describe = r => recordTitle(r) + ' · ' + (r.outcome || '?') + ' · ' + num(r.responded) + '/' +
-      num(r.selected) + ' responded, ' + num(r.dropped) + ' dropped';
+    // Async mode: one update per record, so its staleness and scale say more
+    // than responded/selected.
+    const describe = r => recordTitle(r) + ' · ' + (r.outcome || '?') + ' · ' + (r.outcome === 'async'
+      ? 'staleness ' + num(r.staleness) + ', applied at ' + num(r.update_scale).toFixed(3)
+      : num(r.responded) + '/' + num(r.selected) + ' responded, ' + num(r.dropped) + ' dropped');
     const durations = {
       id: 'duration_seconds', color: COLORS.trainingBar,
       values: history.map(r => num(r.duration_seconds)),
