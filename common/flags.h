@@ -30,9 +30,9 @@ std::vector<char*> ParseFlags(int argc, char** argv, const char* usage,
                               const google::protobuf::Message& config_type);
 
 // Sets the flags named by the fields of the `config_type` message in
-// protobuf text format in file `path`. INVALID_ARGUMENT for a syntax error
-// ("FILE:LINE:COLUMN: ..."), an unknown field or a value the flag rejects
-// (both "FILE: FIELD: ..."); NOT_FOUND and other file errors from reading it;
+// protobuf text format in file `path`. INVALID_ARGUMENT for a syntax error or
+// an unknown field ("FILE:LINE:COLUMN: ...") and for a value the flag rejects
+// ("FILE: FIELD: ..."); NOT_FOUND and other file errors from reading it;
 // INTERNAL when a field of `config_type` names no flag of this program. Flags
 // set before a failure stay set.
 absl::Status ApplyConfigFile(const std::string& path,

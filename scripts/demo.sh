@@ -21,7 +21,10 @@ while [ $# -gt 0 ]; do
     --max_rounds) max_rounds=$2; shift 2 ;;
     --port) port=$2; shift 2 ;;
     --http_port) http_port=$2; shift 2 ;;
-    --mode) mode=$2; shift 2 ;;
+    --mode)
+      mode=$2; shift 2
+      [ "$mode" = rounds ] || [ "$mode" = async ] ||
+        { echo "demo.sh: --mode is rounds or async" >&2; exit 2; } ;;
     -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
     *) echo "demo.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -38,7 +41,6 @@ case "$mode" in
   # In async mode every update is a round of the history: as much training as
   # max_rounds rounds of all clients, and one progress line per clients' worth.
   async) updates=$((max_rounds * clients)); progress="training stopped|applied" ;;
-  *) echo "demo.sh: --mode is rounds or async" >&2; exit 2 ;;
 esac
 
 logs=$(mktemp -d)

@@ -35,6 +35,16 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   if (!options.state_dir.empty()) {
     FEDLEARN_ASSIGN_OR_RETURN(store, StateStore::Open(options.state_dir));
     FEDLEARN_ASSIGN_OR_RETURN(resume, store->Load(spec));
+    const std::string mode = options.mode == Mode::kAsync ? "async" : "rounds";
+    if (resume.has_value()) {
+      const std::string saved =
+          resume->state.mode().empty() ? "rounds" : resume->state.mode();
+      if (saved != mode) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            options.state_dir, " holds a run in ", saved, " mode, not ", mode,
+            " (use --mode=", saved, " or another --state_dir)"));
+      }
+    }
   }
 
   std::unique_ptr<CoordinatorServer> server(new CoordinatorServer());

@@ -56,7 +56,9 @@ ABSL_FLAG(absl::Duration, round_timeout, absl::Minutes(5),
           "a round below quorum at this deadline is abandoned and retried");
 ABSL_FLAG(absl::Duration, eval_timeout, absl::Minutes(5),
           "deadline of an evaluation attempt");
-ABSL_FLAG(int, max_rounds, 50, "training stops after this many rounds");
+ABSL_FLAG(int, max_rounds, 50,
+          "training stops after this many rounds (async mode: applied "
+          "updates)");
 ABSL_FLAG(int, rounds_between_validations, 2,
           "validate every N rounds (0: never)");
 ABSL_FLAG(double, convergence_threshold, 0.01,
@@ -70,8 +72,9 @@ ABSL_FLAG(
     double, validation_fraction, 0.1,
     "training plan: share of local training data held out for validation");
 ABSL_FLAG(std::string, state_dir, "",
-          "save the run here after every aggregation and resume from it on "
-          "restart (empty: not saved)");
+          "save the run here after every aggregation (async mode: every "
+          "window of updates) and resume from it on restart (empty: not "
+          "saved)");
 ABSL_FLAG(std::string, input_norm, "mnist",
           "training plan: input standardisation, (p/255 - mean) / std: mnist "
           "(0.1307,0.3081), fashion-mnist (0.2860,0.3530), MEAN,STD, or none "

@@ -50,10 +50,11 @@ struct CoordinatorOptions {
   // `s` applied updates ago is applied as
   //   global += mixing * (1 + s)^-staleness_exponent * delta,
   // where mixing is async_mixing, or 1 / min_clients when that is 0 (N clients
-  // training at once then move the model about as far as one FedAvg round),
-  // and rejected (FAILED_PRECONDITION) when s > max_staleness (0: no limit).
-  // max_rounds counts applied updates; the convergence test compares the mean
-  // train loss of consecutive windows of min_clients updates.
+  // training at once then move the model at most as far as one FedAvg round,
+  // less as staleness scales them down), and rejected (FAILED_PRECONDITION)
+  // when s > max_staleness (0: no limit). max_rounds counts applied updates;
+  // the convergence test compares the mean train loss of consecutive windows
+  // of as many updates as alive clients (at least min_clients).
   double async_mixing = 0;
   double staleness_exponent = 0.5;
   int max_staleness = 0;

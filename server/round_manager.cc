@@ -160,6 +160,7 @@ std::function<void()> RoundManager::SaveLocked() {
   s.set_phase(phase_);
   s.set_round(round_);
   s.set_model_round(model_round_);
+  s.set_mode(options_.mode == Mode::kAsync ? "async" : "rounds");
   for (const v1::RoundRecord& record : history_) *s.add_history() = record;
   if (previous_train_loss_.has_value()) {
     s.set_has_previous_train_loss(true);
@@ -543,7 +544,7 @@ absl::Status RoundManager::CheckAsyncUpdateLocked(
         absl::StrCat("unknown client \"", header.client_id(), "\""));
   }
   const Client& client = *it->second;
-  if (header.round() == client.pushed_round) {
+  if (client.pushed_round != 0 && header.round() == client.pushed_round) {
     CountRejectionLocked(Rejection::kDuplicate);
     return absl::AlreadyExistsError(
         absl::StrCat("client ", header.client_id(), ": update for round ",
@@ -743,12 +744,15 @@ void RoundManager::ApplyAsyncUpdateLocked(const v1::UpdateHeader& header,
   response->set_round(model_round_);
   response->set_accepted_this_round(1);
 
-  // Convergence on windows of min_clients updates: single updates' losses
-  // are one client's data each, too noisy to compare one by one.
+  // Convergence on windows of as many updates as there are clients (at least
+  // min_clients): a single update's loss is one client's data, and a window
+  // of fewer than the clients would compare different clients' data.
   window_loss_.Add(header.train_loss(),
                    static_cast<double>(header.num_examples()));
   bool converged = false;
-  const bool window_closed = ++window_updates_ >= options_.min_clients;
+  const int window = std::max<int>(
+      options_.min_clients, static_cast<int>(AliveClientsLocked(now).size()));
+  const bool window_closed = ++window_updates_ >= window;
   if (window_closed) {
     const double loss = window_loss_.value();
     if (previous_train_loss_.has_value() && *previous_train_loss_ > 0) {

@@ -284,7 +284,8 @@ class RoundManager {
   int64_t model_round_ ABSL_GUARDED_BY(mu_) = 0;  // rounds folded into global_
   FedAvgAccumulator accumulator_ ABSL_GUARDED_BY(mu_);
   // Rounds mode: the previous round's train loss; async mode: the previous
-  // window's (see CoordinatorOptions::max_staleness).
+  // window's (a window is as many updates as alive clients, at least
+  // min_clients; see ApplyAsyncUpdateLocked).
   std::optional<double> previous_train_loss_ ABSL_GUARDED_BY(mu_);
   // Async mode: when the last update was applied (or training started), and
   // the train loss of the updates of the window so far.

@@ -707,10 +707,13 @@ TEST_F(CoordinatorServiceTest, AsyncRejectsStaleRepeatedAndAbandonedUpdates) {
   CoordinatorClient& a = *clients[0];
   CoordinatorClient& b = *clients[1];
   CoordinatorClient& c = *clients[2];
+  const std::vector<float> delta(NumParameters(), 0.1f);
+  // Before it was given a task, a push is for a task the client does not hold.
+  auto early = a.PushUpdate(Header(0, 100, 2.0), delta);
+  EXPECT_EQ(early.status().code(), absl::StatusCode::kFailedPrecondition);
   for (auto& client : clients) {
     ASSERT_EQ(NextTask(*client).task.round(), 1);
   }
-  const std::vector<float> delta(NumParameters(), 0.1f);
   ASSERT_TRUE(a.PushUpdate(Header(1, 100, 2.0), delta).ok());
   ASSERT_TRUE(b.PushUpdate(Header(1, 100, 2.0), delta).ok());  // 1 stale
 
@@ -743,6 +746,29 @@ TEST_F(CoordinatorServiceTest, AsyncRejectsStaleRepeatedAndAbandonedUpdates) {
   ASSERT_TRUE(pushed.ok()) << pushed.status();
   EXPECT_EQ(pushed->round(), 4);
   EXPECT_EQ(Status().history_size(), 4);
+}
+
+TEST_F(CoordinatorServiceTest, AsyncStopsWhenAWindowsLossStopsImproving) {
+  CoordinatorOptions options = AsyncRun();
+  options.max_rounds = 10;
+  options.convergence_threshold = 0.0;  // converged: the loss did not fall
+  Start(options);
+  auto clients = JoinAll(2);  // a window is 2 updates (2 clients)
+  const std::vector<float> delta(NumParameters(), 0.1f);
+  int64_t round = 1;
+  for (const double loss : {2.0, 1.0, 1.5, 1.7}) {
+    CoordinatorClient& client = *clients[round % 2];  // they take turns
+    ASSERT_EQ(NextTask(client).task.round(), round);
+    ASSERT_TRUE(client.PushUpdate(Header(round, 100, loss), delta).ok());
+    ++round;
+  }
+  const v1::GetStatusResponse status = Status();
+  // Windows: (2.0, 1.0) mean 1.5, then (1.5, 1.7) mean 1.6: no improvement.
+  EXPECT_EQ(status.phase(), v1::PHASE_EVALUATING);
+  EXPECT_EQ(status.stop_reason(), "converged");
+  ASSERT_EQ(status.history_size(), 4);
+  EXPECT_DOUBLE_EQ(status.history(3).relative_improvement(), (1.5 - 1.6) / 1.5);
+  EXPECT_EQ(status.history(2).relative_improvement(), 0);  // mid-window
 }
 
 TEST(CoordinatorOptionsTest, AsyncFlagsAreChecked) {

@@ -261,6 +261,24 @@ TEST_F(ResumeTest, RestartedCoordinatorGoesOnFromTheLastRound) {
   EXPECT_EQ(server->rounds().GetStatus().history_size(), 4);
 }
 
+TEST_F(ResumeTest, ARunResumesOnlyInItsOwnMode) {
+  {
+    auto server = Start();
+    ASSERT_NE(server, nullptr);
+    Train(*server, 1, 1);
+  }
+  CoordinatorOptions options = SmallRun();
+  options.state_dir = dir_.path().string();
+  options.mode = Mode::kAsync;  // rounds would count updates from here on
+  auto async = CoordinatorServer::Start(options, "127.0.0.1:0");
+  EXPECT_EQ(async.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(async.status().message(),
+              ::testing::HasSubstr("holds a run in rounds mode, not async"));
+  auto server = Start();  // in its own mode it resumes
+  ASSERT_NE(server, nullptr);
+  EXPECT_EQ(server->rounds().GetStatus().round(), 2);
+}
+
 // Runs rounds first..last on `server` with clients named n0..n3 (2 sampled
 // per round) that join now; returns the names sampled for each round.
 std::vector<std::vector<std::string>> SampledRounds(CoordinatorServer& server,

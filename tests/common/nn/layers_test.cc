@@ -613,6 +613,43 @@ TEST(MaxPool2DTest, TiesSendTheGradientToTheFirstInWindowOrder) {
                             0.0f, 0.0f, 0.0f, 0.0f, 3.0f, 0.0f, 0.0f, 4.0f}));
 }
 
+// The same rule on rows wide enough for the vectorised loop (12 windows a row,
+// as mnist_cnn's second pooling has): values from {0, 1, 2}, so most windows
+// tie, against a plain scalar reference.
+TEST(MaxPool2DTest, TiesAreBrokenTheSameWayOnWideRows) {
+  const Shape in{3, 6, 24, true};
+  const int batch = 2;
+  MaxPool2D pool;
+  const Shape out = pool.Init(in);
+  pool.Reserve(batch);
+  std::mt19937 rng(5);
+  std::vector<float> x(batch * in.size());
+  for (float& v : x) v = static_cast<float>(rng() % 3);
+  std::vector<float> dy(batch * out.size());
+  for (size_t i = 0; i < dy.size(); ++i) dy[i] = 1.0f + static_cast<float>(i);
+  std::vector<float> y(dy.size()), dx(x.size(), -1.0f);
+  pool.Forward(x.data(), y.data(), batch, true);
+  pool.Backward(x.data(), y.data(), dy.data(), dx.data(), batch);
+
+  std::vector<float> want_y(y.size()), want_dx(x.size(), 0.0f);
+  for (int p = 0; p < in.c * batch; ++p) {
+    for (int oy = 0; oy < out.h; ++oy) {
+      for (int ox = 0; ox < out.w; ++ox) {
+        const int o = (p * out.h + oy) * out.w + ox;
+        int best = -1;
+        for (int k = 0; k < 4; ++k) {  // window order 0 1 / 2 3
+          const int i = (p * in.h + 2 * oy + k / 2) * in.w + 2 * ox + k % 2;
+          if (best < 0 || x[i] > x[best]) best = i;
+        }
+        want_y[o] = x[best];
+        want_dx[best] = dy[o];
+      }
+    }
+  }
+  EXPECT_EQ(y, want_y);
+  EXPECT_EQ(dx, want_dx);
+}
+
 // Distinct values at least 0.05 apart in random order: no ties, and a step of
 // 0.01 cannot change any window's winner.
 std::vector<float> DistinctValues(size_t n, std::mt19937* rng) {
