@@ -207,6 +207,10 @@ void RoundManager::Shutdown() {
       }
       attempt_->in_flight.clear();
     }
+    for (auto& handle : async_in_flight_) {
+      callbacks.push_back([handle] { handle->Cancel(); });
+    }
+    async_in_flight_.clear();
   }
   for (auto& callback : callbacks) callback();
 }
@@ -623,8 +627,18 @@ absl::StatusOr<std::shared_ptr<CancelHandle>> RoundManager::AdmitUpdate(
   absl::MutexLock lock(&mu_);
   if (absl::Status s = CheckUpdateLocked(header); !s.ok()) return s;
   auto handle = std::make_shared<CancelHandle>(std::move(cancel));
-  // Async mode has no round to close under a push: nothing cancels it.
-  if (attempt_ != nullptr) attempt_->in_flight.push_back(handle);
+  if (options_.mode == Mode::kAsync) {
+    // Pushes that ended (their stream dropped the handle) leave the list.
+    async_in_flight_.erase(
+        std::remove_if(async_in_flight_.begin(), async_in_flight_.end(),
+                       [](const std::shared_ptr<CancelHandle>& h) {
+                         return h.use_count() == 1;
+                       }),
+        async_in_flight_.end());
+    async_in_flight_.push_back(handle);
+  } else {
+    attempt_->in_flight.push_back(handle);
+  }
   return handle;
 }
 
@@ -776,6 +790,11 @@ void RoundManager::ApplyAsyncUpdateLocked(const v1::UpdateHeader& header,
     phase_ = v1::PHASE_EVALUATING;
     round_ = model_round_;
     attempt_number_ = 0;
+    // Updates still uploading can no longer count: stop receiving them.
+    for (auto& handle : async_in_flight_) {
+      callbacks->push_back([handle] { handle->Cancel(); });
+    }
+    async_in_flight_.clear();
     Logf("round %d: training stopped (%s); evaluating", model_round_,
          stop_reason_);
   } else {

@@ -292,6 +292,10 @@ class RoundManager {
   absl::Time last_applied_ ABSL_GUARDED_BY(mu_);
   WeightedMean window_loss_ ABSL_GUARDED_BY(mu_);
   int window_updates_ ABSL_GUARDED_BY(mu_) = 0;
+  // Async mode: pushes being received, cancelled when training stops (rounds
+  // mode keeps them in the open attempt).
+  std::vector<std::shared_ptr<CancelHandle>> async_in_flight_
+      ABSL_GUARDED_BY(mu_);
   std::string stop_reason_ ABSL_GUARDED_BY(mu_);
   std::optional<v1::EvaluationResult> final_evaluation_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::RoundRecord> history_ ABSL_GUARDED_BY(mu_);

@@ -748,6 +748,38 @@ TEST_F(CoordinatorServiceTest, AsyncRejectsStaleRepeatedAndAbandonedUpdates) {
   EXPECT_EQ(Status().history_size(), 4);
 }
 
+TEST_F(CoordinatorServiceTest, AsyncStopCutsOffUpdatesStillUploading) {
+  CoordinatorOptions options = AsyncRun();
+  options.max_rounds = 1;
+  Start(options);
+  auto a = Join();
+  auto b = Join();
+  ASSERT_EQ(NextTask(*a).task.round(), 1);
+  ASSERT_EQ(NextTask(*b).task.round(), 1);
+  const std::vector<float> delta(NumParameters(), 0.1f);
+
+  // b's push is admitted (the go-ahead arrives) and then stalls mid-update.
+  auto stub = v1::Coordinator::NewStub(channel_);
+  grpc::ClientContext context;
+  context.AddMetadata("authorization", "Bearer " + b->session_token());
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kWait));
+  v1::PushGradientResponse response;
+  auto writer = stub->PushGradient(&context, &response);
+  const auto messages = Messages(*b, Header(1, 100, 1.0), delta);
+  ASSERT_TRUE(writer->Write(messages[0]));
+  writer->WaitForInitialMetadata();
+  ASSERT_TRUE(writer->Write(messages[1]));
+
+  // a's update is the last one training takes: b's upload is cut off at once
+  // rather than received in full and then turned away.
+  ASSERT_TRUE(a->PushUpdate(Header(1, 100, 1.0), delta).ok());
+  EXPECT_EQ(Status().phase(), v1::PHASE_EVALUATING);
+  const grpc::Status cut = writer->Finish();
+  EXPECT_EQ(cut.error_code(), grpc::StatusCode::CANCELLED)
+      << cut.error_message();
+  EXPECT_EQ(Status().history_size(), 1);
+}
+
 TEST_F(CoordinatorServiceTest, AsyncStopsWhenAWindowsLossStopsImproving) {
   CoordinatorOptions options = AsyncRun();
   options.max_rounds = 10;
