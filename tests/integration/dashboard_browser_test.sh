@@ -4,10 +4,11 @@
 # of data/mnist, once mid-run and once at DONE. Checks that the curves have points and
 # that the numbers on the page are /api/status's; saves a screenshot.
 #
-#   dashboard_browser_test.sh COORDINATOR CLIENT SOURCE_DIR WORK_DIR SCREENSHOT
+#   dashboard_browser_test.sh COORDINATOR CLIENT SOURCE_DIR WORK_DIR SCREENSHOT [MODE]
+# MODE: rounds (default; 4 rounds of 3 agents) or async (--mode=async, 15 updates).
 # Exits 0 on success, 77 (skipped) without chromium or data/mnist, 1 on failure.
 set -uo pipefail
-COORDINATOR=$1 CLIENT=$2 SOURCE_DIR=$3 WORK=$4 SCREENSHOT=$5
+COORDINATOR=$1 CLIENT=$2 SOURCE_DIR=$3 WORK=$4 SCREENSHOT=$5 MODE=${6:-rounds}
 source "$(dirname "$0")/live_run.sh"
 
 chromium=$(command -v chromium || command -v chromium-browser) ||
@@ -130,8 +131,13 @@ print(f"dashboard ({mode}): phase {phase}, round {text.get('round')}, {points} p
 PY
 }
 
-start_coordinator --min_clients=3 --clients_per_round=3 --max_rounds=4 \
-  --rounds_between_validations=1 --convergence_threshold=-inf
+case "$MODE" in
+  rounds) start_coordinator --min_clients=3 --clients_per_round=3 --max_rounds=4 \
+    --rounds_between_validations=1 --convergence_threshold=-inf ;;
+  async) start_coordinator --mode=async --min_clients=3 --max_rounds=15 \
+    --convergence_threshold=-inf ;;
+  *) fail "MODE is rounds or async, not $MODE" ;;
+esac
 start_agents 3
 
 # Mid-run: a round has closed and training goes on.
