@@ -165,6 +165,20 @@ TEST_F(ClientProcessTest, AgentsRunToDoneAndExitZero) {
   EXPECT_EQ(coordinator.Wait(kTimeout), 0) << coordinator.output();
 }
 
+TEST_F(ClientProcessTest, AgentsRunAnAsyncModeRunToDone) {
+  ChildProcess coordinator(Coordinator({"--mode=async", "--min_clients=2",
+                                        "--max_rounds=6", "--done_grace=20s"}));
+  const int port = ListeningPort(coordinator);
+  ASSERT_GT(port, 0) << coordinator.output();
+  ChildProcess client(Client({"--agents=2"}, port));
+  EXPECT_EQ(client.Wait(kTimeout), 0) << client.output();
+  EXPECT_EQ(coordinator.Wait(kTimeout), 0) << coordinator.output();
+  EXPECT_THAT(coordinator.output(), HasSubstr("async training started"));
+  EXPECT_THAT(coordinator.output(), HasSubstr("round 6: update from"));
+  EXPECT_THAT(coordinator.output(),
+              HasSubstr("run done: 6 rounds (max_rounds)"));
+}
+
 TEST_F(ClientProcessTest, ReconnectsToARestartedCoordinator) {
   std::optional<ChildProcess> coordinator;
   coordinator.emplace(Coordinator({"--min_clients=3"}));  // never starts
