@@ -7,12 +7,14 @@
 # Options: --clients N (10), --partition iid|shards|dirichlet:A (iid),
 #          --dataset mnist|fashion-mnist (mnist), --max_rounds R (30), --port P (free port),
 #          --http_port P (dashboard; a free port), --mode rounds|async (rounds; async
-#          applies each update as it arrives, at most R x N of them)
+#          applies each update as it arrives, at most R x N of them),
+#          --convergence_threshold T (0.005: stop when the train loss improves by less)
 # Exits non-zero if anything failed; leaves no process behind (also on Ctrl-C).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 clients=10 partition=iid dataset=mnist max_rounds=30 port=0 http_port=0 mode=rounds
+threshold=0.005
 while [ $# -gt 0 ]; do
   case "$1" in
     --clients) clients=$2; shift 2 ;;
@@ -21,11 +23,12 @@ while [ $# -gt 0 ]; do
     --max_rounds) max_rounds=$2; shift 2 ;;
     --port) port=$2; shift 2 ;;
     --http_port) http_port=$2; shift 2 ;;
+    --convergence_threshold) threshold=$2; shift 2 ;;
     --mode)
       mode=$2; shift 2
       [ "$mode" = rounds ] || [ "$mode" = async ] ||
         { echo "demo.sh: --mode is rounds or async" >&2; exit 2; } ;;
-    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
     *) echo "demo.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -62,6 +65,7 @@ start=$(date +%s.%N)
 "$build/server/fedlearn-coordinator" --port="$port" --bind=127.0.0.1 \
   --min_clients="$clients" --clients_per_round="$clients" --max_rounds="$updates" \
   --mode="$mode" --tolerance=0 --http_port="$http_port" --input_norm="$dataset" \
+  --convergence_threshold="$threshold" \
   --round_timeout=10m --eval_timeout=10m 2>"$logs/coordinator.log" &
 pids+=($!)
 coordinator=$!
