@@ -35,10 +35,12 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   if (!options.state_dir.empty()) {
     FEDLEARN_ASSIGN_OR_RETURN(store, StateStore::Open(options.state_dir));
     FEDLEARN_ASSIGN_OR_RETURN(resume, store->Load(spec));
-    const std::string mode = options.mode == Mode::kAsync ? "async" : "rounds";
+    const absl::string_view mode = ModeName(options.mode);
     if (resume.has_value()) {
-      const std::string saved =
-          resume->state.mode().empty() ? "rounds" : resume->state.mode();
+      // Files written before async mode existed hold no mode: rounds.
+      const std::string saved = resume->state.mode().empty()
+                                    ? std::string(ModeName(Mode::kRounds))
+                                    : resume->state.mode();
       if (saved != mode) {
         return absl::FailedPreconditionError(absl::StrCat(
             options.state_dir, " holds a run in ", saved, " mode, not ", mode,

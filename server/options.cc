@@ -87,10 +87,14 @@ v1::TrainingPlan CoordinatorOptions::Plan() const {
   return plan;
 }
 
+absl::string_view ModeName(Mode mode) {
+  return mode == Mode::kAsync ? "async" : "rounds";
+}
+
 absl::Status ParseMode(absl::string_view text, CoordinatorOptions* options) {
-  if (text == "rounds") {
+  if (text == ModeName(Mode::kRounds)) {
     options->mode = Mode::kRounds;
-  } else if (text == "async") {
+  } else if (text == ModeName(Mode::kAsync)) {
     options->mode = Mode::kAsync;
   } else {
     return Bad("mode",

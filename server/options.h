@@ -101,6 +101,9 @@ struct CoordinatorOptions {
   v1::TrainingPlan Plan() const;
 };
 
+// "rounds" or "async", as --mode and the state directory spell them.
+absl::string_view ModeName(Mode mode);
+
 // --mode: "rounds" or "async" into options->mode. INVALID_ARGUMENT naming the
 // flag otherwise.
 absl::Status ParseMode(absl::string_view text, CoordinatorOptions* options);

@@ -160,7 +160,7 @@ std::function<void()> RoundManager::SaveLocked() {
   s.set_phase(phase_);
   s.set_round(round_);
   s.set_model_round(model_round_);
-  s.set_mode(options_.mode == Mode::kAsync ? "async" : "rounds");
+  s.set_mode(std::string(ModeName(options_.mode)));
   for (const v1::RoundRecord& record : history_) *s.add_history() = record;
   if (previous_train_loss_.has_value()) {
     s.set_has_previous_train_loss(true);
@@ -768,14 +768,7 @@ void RoundManager::ApplyAsyncUpdateLocked(const v1::UpdateHeader& header,
       options_.min_clients, static_cast<int>(AliveClientsLocked(now).size()));
   const bool window_closed = ++window_updates_ >= window;
   if (window_closed) {
-    const double loss = window_loss_.value();
-    if (previous_train_loss_.has_value() && *previous_train_loss_ > 0) {
-      const double improvement =
-          (*previous_train_loss_ - loss) / *previous_train_loss_;
-      record.set_relative_improvement(improvement);
-      converged = improvement < options_.convergence_threshold;
-    }
-    previous_train_loss_ = loss;
+    converged = ConvergedLocked(window_loss_.value(), &record);
     window_loss_ = WeightedMean();
     window_updates_ = 0;
   }
@@ -786,17 +779,7 @@ void RoundManager::ApplyAsyncUpdateLocked(const v1::UpdateHeader& header,
       header.train_loss());
   const bool stop = converged || model_round_ >= options_.max_rounds;
   if (stop) {
-    stop_reason_ = converged ? "converged" : "max_rounds";
-    phase_ = v1::PHASE_EVALUATING;
-    round_ = model_round_;
-    attempt_number_ = 0;
-    // Updates still uploading can no longer count: stop receiving them.
-    for (auto& handle : async_in_flight_) {
-      callbacks->push_back([handle] { handle->Cancel(); });
-    }
-    async_in_flight_.clear();
-    Logf("round %d: training stopped (%s); evaluating", model_round_,
-         stop_reason_);
+    StopTrainingLocked(converged, callbacks);
   } else {
     round_ = model_round_ + 1;
   }
@@ -899,6 +882,32 @@ v1::RoundRecord RoundManager::RecordLocked(const Attempt& a,
   return record;
 }
 
+bool RoundManager::ConvergedLocked(double loss, v1::RoundRecord* record) {
+  bool converged = false;
+  if (previous_train_loss_.has_value() && *previous_train_loss_ > 0) {
+    const double improvement =
+        (*previous_train_loss_ - loss) / *previous_train_loss_;
+    record->set_relative_improvement(improvement);
+    converged = improvement < options_.convergence_threshold;
+  }
+  previous_train_loss_ = loss;
+  return converged;
+}
+
+void RoundManager::StopTrainingLocked(bool converged, Callbacks* callbacks) {
+  stop_reason_ = converged ? "converged" : "max_rounds";
+  phase_ = v1::PHASE_EVALUATING;
+  round_ = model_round_;  // the evaluation is of the last trained round
+  attempt_number_ = 0;
+  // Async updates still uploading can no longer count: stop receiving them.
+  for (auto& handle : async_in_flight_) {
+    callbacks->push_back([handle] { handle->Cancel(); });
+  }
+  async_in_flight_.clear();
+  Logf("round %d: training stopped (%s); evaluating", model_round_,
+       stop_reason_);
+}
+
 void RoundManager::CloseAttemptLocked(absl::string_view outcome, absl::Time now,
                                       Callbacks* callbacks) {
   const int quorum = QuorumLocked();
@@ -952,14 +961,7 @@ void RoundManager::CloseAttemptLocked(absl::string_view outcome, absl::Time now,
     global_ = std::move(next);
     model_round_ = a->round;
     const double loss = a->loss.value();
-    bool converged = false;
-    if (previous_train_loss_.has_value() && *previous_train_loss_ > 0) {
-      const double improvement =
-          (*previous_train_loss_ - loss) / *previous_train_loss_;
-      record.set_relative_improvement(improvement);
-      converged = improvement < options_.convergence_threshold;
-    }
-    previous_train_loss_ = loss;
+    const bool converged = ConvergedLocked(loss, &record);
     Logf(
         "round %d: closed (%s) with %d of %d updates in %.2fs: train loss %.4f "
         "accuracy "
@@ -972,11 +974,7 @@ void RoundManager::CloseAttemptLocked(absl::string_view outcome, absl::Time now,
                               metrics->validation_accuracy())
             : "");
     if (converged || a->round >= options_.max_rounds) {
-      stop_reason_ = converged ? "converged" : "max_rounds";
-      phase_ = v1::PHASE_EVALUATING;
-      attempt_number_ = 0;
-      Logf("round %d: training stopped (%s); evaluating", a->round,
-           stop_reason_);
+      StopTrainingLocked(converged, callbacks);
     } else {
       ++round_;
       attempt_number_ = 0;

@@ -256,6 +256,16 @@ class RoundManager {
                               double norm, v1::PushGradientResponse* response,
                               Callbacks* callbacks)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The convergence test, both modes: compares `loss` (a round's, or an async
+  // window's) with the previous one, notes the relative improvement in
+  // `record`, keeps `loss` for next time; true when it improved by less than
+  // convergence_threshold.
+  bool ConvergedLocked(double loss, v1::RoundRecord* record)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends training at model_round_ ("converged" or "max_rounds"): the
+  // evaluation phase comes next.
+  void StopTrainingLocked(bool converged, Callbacks* callbacks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CountRejectionLocked(Rejection reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckRunningLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
