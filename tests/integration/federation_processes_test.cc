@@ -96,9 +96,9 @@ TEST(FederationProcessesTest, AgentKilledMidRoundAndTheRunStillFinishes) {
   ChildProcess coordinator(
       {FEDLEARN_COORDINATOR_BINARY, "--port=0", "--bind=127.0.0.1",
        "--http_port=0", "--model=mnist_cnn", "--min_clients=5",
-       "--clients_per_round=5", "--max_rounds=3", "--convergence_threshold=0",
-       "--rounds_between_validations=1", "--round_timeout=90s",
-       "--eval_timeout=90s", "--done_grace=5s"});
+       "--clients_per_round=5", "--max_rounds=3",
+       "--convergence_threshold=-inf", "--rounds_between_validations=1",
+       "--round_timeout=90s", "--eval_timeout=90s", "--done_grace=5s"});
   const int port = testing::CoordinatorPort(coordinator, kTimeout);
   ASSERT_GT(port, 0) << coordinator.output();
 
