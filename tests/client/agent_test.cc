@@ -498,10 +498,15 @@ TEST_F(AgentTest, UpdateForAClosedRoundIsNotFatal) {
   Start(o);
   AgentThread fast(Options("fast"), FakeFactory(Script()));
   Script slow_script;
-  // Round 1 closes on the fast agent's update while the slow one trains.
+  // The slow agent's first round closes on the fast agent's update while the
+  // slow one trains. That is round 1, or round 2 when the fast agent closed
+  // round 1 before the slow one first polled (its thread held up on a loaded
+  // machine): wait for the round the slow agent actually holds.
   slow_script.on_train = [this](int call, const ProgressFn&) {
     if (call == 0) {
-      EXPECT_TRUE(server_->rounds().AwaitHistory(1, kWait));
+      const int64_t round = server_->rounds().GetStatus().round();
+      EXPECT_TRUE(
+          server_->rounds().AwaitHistory(static_cast<size_t>(round), kWait));
     }
   };
   AgentThread slow(Options("slow"), FakeFactory(slow_script));

@@ -90,9 +90,13 @@ closed = lambda s: [r for r in s.get("history", []) if not r.get("evaluation") a
 rounds = {num(before["round"]), num(after["round"])}
 expect(num(text.get("round")) in set(range(min(rounds), max(rounds) + 1)),
        f"round {text.get('round')} not between {sorted(rounds)}")
+# A phase the run passed through between the fetches: before's, after's, or one in between
+# (on a slow machine a whole evaluation can fall between the two).
+lifecycle = ["WAITING_FOR_CLIENTS", "TRAINING", "EVALUATING", "DONE"]
+ends = sorted(lifecycle.index(s["phase"].replace("PHASE_", "")) for s in (before, after))
 phase = text.get("phase")
-expect(phase in {before["phase"].replace("PHASE_", ""), after["phase"].replace("PHASE_", "")},
-       f"phase {phase} is neither {before['phase']} nor {after['phase']}")
+expect(phase in lifecycle[ends[0]:ends[1] + 1],
+       f"phase {phase} is not between {before['phase']} and {after['phase']}")
 points = page.series.get("train_loss", [0])[0]
 expect(len(closed(before)) <= points <= len(closed(after)) and points >= 1,
        f"train_loss has {points} points, status has {len(closed(before))}..{len(closed(after))} closed rounds")

@@ -98,7 +98,12 @@ TEST(FederationProcessesTest, AgentKilledMidRoundAndTheRunStillFinishes) {
        "--http_port=0", "--model=mnist_cnn", "--min_clients=5",
        "--clients_per_round=5", "--max_rounds=3",
        "--convergence_threshold=-inf", "--rounds_between_validations=1",
-       "--round_timeout=90s", "--eval_timeout=90s", "--done_grace=5s"});
+       "--round_timeout=90s", "--eval_timeout=90s", "--done_grace=5s",
+       // Round 3 needs --min_clients alive, and the killed agent counts until
+       // it has been silent for --client_timeout (default 20 s): a round 2
+       // slower than that on a loaded machine would leave the run waiting for
+       // a fifth client forever. The run itself is what this test checks.
+       "--client_timeout=10m"});
   const int port = testing::CoordinatorPort(coordinator, kTimeout);
   ASSERT_GT(port, 0) << coordinator.output();
 
