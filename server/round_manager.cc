@@ -607,17 +607,22 @@ absl::Status RoundManager::CheckUpdateLocked(const v1::UpdateHeader& header) {
 
 absl::Status RoundManager::CheckUpdateMetricsLocked(
     const v1::UpdateHeader& header) {
-  const bool finite =
-      Finite(header.train_loss()) && Finite(header.train_accuracy()) &&
-      Finite(header.validation_loss()) && Finite(header.validation_accuracy());
+  // The metrics feed the history, /metrics and the convergence test: as for
+  // an evaluation report, losses must be finite and accuracies fractions.
+  auto fraction = [](double x) { return x >= 0 && x <= 1; };
+  const bool metrics_ok = Finite(header.train_loss()) &&
+                          Finite(header.validation_loss()) &&
+                          fraction(header.train_accuracy()) &&
+                          fraction(header.validation_accuracy());
   if (header.num_examples() <= 0 || header.num_validation_examples() < 0 ||
-      !finite ||
+      !metrics_ok ||
       (header.encoding() != v1::ENCODING_DENSE &&
        header.encoding() != v1::ENCODING_UNSPECIFIED)) {
     CountRejectionLocked(Rejection::kInvalid);
-    return absl::InvalidArgumentError(absl::StrCat(
-        "client ", header.client_id(),
-        ": header needs num_examples > 0, finite metrics and dense encoding"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("client ", header.client_id(),
+                     ": header needs num_examples > 0, finite losses, "
+                     "accuracies in [0, 1] and dense encoding"));
   }
   return absl::OkStatus();
 }

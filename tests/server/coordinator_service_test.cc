@@ -354,6 +354,19 @@ TEST_F(CoordinatorServiceTest, RejectedUpdatesLeaveTheModelBitIdentical) {
        [&] { return a.PushUpdate(Header(1, 0, 1.0), good).status(); }},
       {"NaN loss", absl::StatusCode::kInvalidArgument,
        [&] { return a.PushUpdate(Header(1, 10, nan), good).status(); }},
+      {"train accuracy above 1", absl::StatusCode::kInvalidArgument,
+       [&] {
+         v1::UpdateHeader h = Header(1, 10, 1.0);
+         h.set_train_accuracy(1.5);
+         return a.PushUpdate(h, good).status();
+       }},
+      {"negative validation accuracy", absl::StatusCode::kInvalidArgument,
+       [&] {
+         v1::UpdateHeader h = Header(1, 10, 1.0);
+         h.set_num_validation_examples(5);
+         h.set_validation_accuracy(-0.1);
+         return a.PushUpdate(h, good).status();
+       }},
       {"wrong shape", absl::StatusCode::kInvalidArgument,
        raw([](v1::TensorChunk* c) { c->set_shape(0, c->shape(0) + 1); }, good)},
       {"wrong dtype", absl::StatusCode::kInvalidArgument,
@@ -403,7 +416,7 @@ TEST_F(CoordinatorServiceTest, RejectedUpdatesLeaveTheModelBitIdentical) {
   EXPECT_EQ(r.stale_round(), 1);
   EXPECT_EQ(r.not_selected(), 1);
   EXPECT_EQ(r.duplicate(), 1);
-  EXPECT_EQ(r.invalid(), 8);
+  EXPECT_EQ(r.invalid(), 10);
   EXPECT_EQ(r.incomplete(), 1);
 }
 
