@@ -72,6 +72,9 @@ ABSL_FLAG(std::string, model, "mnist_cnn",
           "mlp_2nn");
 ABSL_FLAG(int, rounds, 40, "most rounds to run");
 ABSL_FLAG(double, learning_rate, 1.0, "the clients' Adadelta learning rate");
+ABSL_FLAG(std::string, update_encoding, "dense",
+          "how the agents send updates: dense or int8 (as fedlearn-client's "
+          "--update_encoding)");
 ABSL_FLAG(std::string, input_norm, "none",
           "input standardisation as fedlearn-coordinator's --input_norm: none "
           "(p/255), mnist, fashion-mnist or MEAN,STD");
@@ -130,6 +133,12 @@ absl::Status Run() {
   if (const std::string out = absl::GetFlag(FLAGS_partitions_out);
       !out.empty()) {
     FEDLEARN_RETURN_IF_ERROR(WritePartitions(out, parts));
+  }
+
+  const std::string encoding = absl::GetFlag(FLAGS_update_encoding);
+  if (encoding != "dense" && encoding != "int8") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--update_encoding: \"", encoding, "\" is neither dense nor int8"));
   }
 
   CoordinatorOptions options;
@@ -196,6 +205,8 @@ absl::Status Run() {
     agent_options.num_train_examples = trainer.train.size();
     agent_options.num_test_examples = trainer.test.size();
     agent_options.jitter_seed = 1000 + i;
+    agent_options.update_encoding =
+        encoding == "int8" ? v1::ENCODING_QUANTIZED : v1::ENCODING_DENSE;
     agents.push_back(std::make_unique<Agent>(
         agent_options, [trainer](const v1::JoinResponse& joined) mutable {
           trainer.model = joined.model().name();

@@ -522,6 +522,7 @@ absl::Status Agent::Train(CoordinatorClient::ReceivedTask received) {
   update.header.set_num_examples(metrics->num_examples);
   update.header.set_train_loss(metrics->loss);
   update.header.set_train_accuracy(metrics->accuracy);
+  update.header.set_encoding(options_.update_encoding);
   if (metrics->num_validation > 0) {
     update.header.set_validation_loss(metrics->validation_loss);
     update.header.set_validation_accuracy(metrics->validation_accuracy);

@@ -63,6 +63,9 @@ struct AgentOptions {
   int max_repeated_errors = 3;
   // Seed of the backoff jitter (0: unpredictable).
   uint64_t jitter_seed = 0;
+  // How updates travel: ENCODING_DENSE (float32) or ENCODING_QUANTIZED (int8
+  // with a scale per tensor: a quarter of the bytes; see tensor_codec.h).
+  v1::Encoding update_encoding = v1::ENCODING_DENSE;
 
   // Where the agent shows its training progress and writes its log lines
   // (--progress); may be shared by the agents of a process, each with its own

@@ -87,6 +87,10 @@ ABSL_FLAG(std::string, tls_server_name, "",
 ABSL_FLAG(int, threads, 0,
           "compute threads per agent; 0: hardware threads / --agents, at "
           "least 1");
+ABSL_FLAG(std::string, update_encoding, "dense",
+          "how updates travel: dense (float32) or int8 (one byte per value "
+          "and a scale per tensor: a quarter of the upload, each value within "
+          "half a step of max|delta| / 127)");
 ABSL_FLAG(bool, heartbeat, true,
           "send heartbeats with training progress to the coordinator");
 ABSL_FLAG(std::string, progress, "auto",
@@ -207,6 +211,12 @@ int Run() {
     return Fail(kExitUsage,
                 absl::StrCat("--progress: ", progress_mode.status().message()));
   }
+  const std::string update_encoding = absl::GetFlag(FLAGS_update_encoding);
+  if (update_encoding != "dense" && update_encoding != "int8") {
+    return Fail(kExitUsage,
+                absl::StrCat("--update_encoding: \"", update_encoding,
+                             "\" is neither dense nor int8"));
+  }
   const std::string data_dir = absl::GetFlag(FLAGS_data_dir);
   std::error_code error;
   if (!std::filesystem::is_directory(data_dir, error)) {
@@ -279,6 +289,8 @@ int Run() {
     options.max_backoff = max_backoff;
     options.reconnect_timeout = absl::GetFlag(FLAGS_reconnect_timeout);
     options.heartbeat = absl::GetFlag(FLAGS_heartbeat);
+    options.update_encoding =
+        update_encoding == "int8" ? v1::ENCODING_QUANTIZED : v1::ENCODING_DENSE;
     options.progress = console;
     options.progress_slot = static_cast<int>(&slot - slots.data());
     ConsoleLogf(

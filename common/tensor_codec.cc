@@ -1,7 +1,9 @@
 #include "common/tensor_codec.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <utility>
 
@@ -70,27 +72,75 @@ bool AllFinite(absl::Span<const float> values) {
   return worst != 0x7F800000u;
 }
 
+namespace {
+
+// Bytes of a tensor of `elements` floats in `encoding`'s payload.
+uint64_t PayloadBytes(int64_t elements, v1::Encoding encoding) {
+  const uint64_t n = static_cast<uint64_t>(elements);
+  return encoding == v1::ENCODING_QUANTIZED ? sizeof(float) + n
+                                            : n * sizeof(float);
+}
+
+// The quantized payload of `values` (see ENCODING_QUANTIZED in the header).
+// A NaN or infinite value makes the scale NaN, which the receiver rejects as
+// it rejects a non-finite dense value.
+std::string Quantize(absl::Span<const float> values) {
+  float largest = 0;
+  for (float v : values) largest = std::max(largest, std::abs(v));
+  const float scale = AllFinite(values)
+                          ? largest / 127
+                          : std::numeric_limits<float>::quiet_NaN();
+  std::string payload(sizeof(float) + values.size(), '\0');
+  std::memcpy(payload.data(), &scale, sizeof(float));
+  if (scale > 0) {
+    char* q = payload.data() + sizeof(float);
+    for (size_t i = 0; i < values.size(); ++i) {
+      const float level =
+          std::clamp(std::nearbyint(values[i] / scale), -127.0f, 127.0f);
+      q[i] = static_cast<char>(static_cast<int8_t>(level));
+    }
+  }
+  return payload;
+}
+
+}  // namespace
+
 ChunkWriter::ChunkWriter(const ModelSpec& spec, absl::Span<const float> values,
-                         size_t chunk_bytes)
+                         size_t chunk_bytes, v1::Encoding encoding)
     : spec_(spec),
       values_(values),
       chunk_bytes_(
           std::clamp<size_t>(chunk_bytes & ~size_t{3}, 4, kMaxChunkBytes)),
-      total_bytes_(spec.num_parameters * static_cast<int64_t>(sizeof(float))) {}
+      encoding_(encoding == v1::ENCODING_QUANTIZED ? encoding
+                                                   : v1::ENCODING_DENSE),
+      total_bytes_(0) {
+  for (const TensorSpec& t : spec.tensors) {
+    total_bytes_ +=
+        static_cast<int64_t>(PayloadBytes(t.num_elements, encoding_));
+  }
+}
 
 bool ChunkWriter::Next(v1::TensorChunk* chunk) {
   if (tensor_ == spec_.tensors.size()) return false;
   const TensorSpec& t = spec_.tensors[tensor_];
-  const uint64_t total = static_cast<uint64_t>(t.num_elements) * sizeof(float);
+  const uint64_t total = PayloadBytes(t.num_elements, encoding_);
+  const char* payload;
+  if (encoding_ == v1::ENCODING_QUANTIZED) {
+    if (offset_ == 0) {
+      quantized_ = Quantize(values_.subspan(t.offset, t.num_elements));
+    }
+    payload = quantized_.data();
+  } else {
+    payload = reinterpret_cast<const char*>(values_.data() + t.offset);
+  }
   const uint64_t n = std::min<uint64_t>(chunk_bytes_, total - offset_);
-  const char* data =
-      reinterpret_cast<const char*>(values_.data() + t.offset) + offset_;
+  const char* data = payload + offset_;
 
   chunk->Clear();
   chunk->set_name(t.name);
   for (int64_t d : t.shape) chunk->add_shape(d);
   chunk->set_dtype(v1::DTYPE_FLOAT32);
-  chunk->set_encoding(v1::ENCODING_DENSE);
+  chunk->set_encoding(encoding_);
   chunk->set_total_bytes(total);
   chunk->set_offset(offset_);
   chunk->set_data(data, n);
@@ -110,11 +160,14 @@ bool ChunkWriter::Next(v1::TensorChunk* chunk) {
 }
 
 ChunkAssembler::ChunkAssembler(const ModelSpec& spec, absl::Span<float> out,
-                               bool require_finite, size_t max_chunk_bytes)
+                               bool require_finite, size_t max_chunk_bytes,
+                               v1::Encoding encoding)
     : spec_(spec),
       out_(out),
       require_finite_(require_finite),
-      max_chunk_bytes_(max_chunk_bytes) {}
+      max_chunk_bytes_(max_chunk_bytes),
+      encoding_(encoding == v1::ENCODING_QUANTIZED ? encoding
+                                                   : v1::ENCODING_DENSE) {}
 
 absl::Status ChunkAssembler::Add(const v1::TensorChunk& chunk) {
   if (!error_.ok()) return error_;
@@ -146,12 +199,13 @@ absl::Status ChunkAssembler::AddChunk(const v1::TensorChunk& chunk) {
         absl::StrCat("tensor ", t.name, ": dtype ",
                      v1::DType_Name(chunk.dtype()), ", want DTYPE_FLOAT32"));
   }
-  if (chunk.encoding() != v1::ENCODING_DENSE) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tensor ", t.name, ": encoding ",
-                     v1::Encoding_Name(chunk.encoding()), " is not supported"));
+  if (chunk.encoding() != encoding_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor ", t.name, ": encoding ", v1::Encoding_Name(chunk.encoding()),
+        ", want ", v1::Encoding_Name(encoding_), " (the update header's)"));
   }
-  const uint64_t total = static_cast<uint64_t>(t.num_elements) * sizeof(float);
+  const bool quantized = encoding_ == v1::ENCODING_QUANTIZED;
+  const uint64_t total = PayloadBytes(t.num_elements, encoding_);
   if (chunk.total_bytes() != total) {
     return absl::InvalidArgumentError(
         absl::StrCat("tensor ", t.name, ": expected ", total, " bytes, got ",
@@ -168,11 +222,18 @@ absl::Status ChunkAssembler::AddChunk(const v1::TensorChunk& chunk) {
         absl::StrCat("tensor ", t.name, ": chunk at byte ", chunk.offset(),
                      ", expected ", offset_));
   }
-  if (data.empty() || data.size() % sizeof(float) != 0 ||
+  if (data.empty() || (!quantized && data.size() % sizeof(float) != 0) ||
       data.size() > total - offset_) {
     return absl::InvalidArgumentError(absl::StrCat(
         "tensor ", t.name, ": chunk of ", data.size(), " bytes at byte ",
-        offset_, " does not fit a float32 tensor of ", total, " bytes"));
+        offset_, " does not fit its payload of ", total, " bytes"));
+  }
+  if (quantized && offset_ == 0 && data.size() < sizeof(float)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor ", t.name,
+                     ": the first chunk of a quantized tensor must hold its "
+                     "4-byte scale, got ",
+                     data.size(), " bytes"));
   }
   const uint32_t crc = Crc32c(data.data(), data.size());
   if (crc != chunk.chunk_crc32c()) {
@@ -192,9 +253,34 @@ absl::Status ChunkAssembler::AddChunk(const v1::TensorChunk& chunk) {
     return absl::InvalidArgumentError(
         absl::StrCat("tensor ", t.name, ": whole-tensor checksum mismatch"));
   }
-  float* dst = out_.data() + t.offset + offset_ / sizeof(float);
-  std::memcpy(dst, data.data(), data.size());
-  if (require_finite_ && !AllFinite({dst, data.size() / sizeof(float)})) {
+  float* dst;
+  size_t decoded;
+  if (quantized) {
+    const char* q = data.data();
+    size_t count = data.size();
+    if (offset_ == 0) {
+      std::memcpy(&scale_, q, sizeof(float));
+      if (!(scale_ >= 0 && std::isfinite(scale_))) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("tensor ", t.name, ": quantization scale ", scale_,
+                         " is not a finite number >= 0"));
+      }
+      q += sizeof(float);
+      count -= sizeof(float);
+    }
+    // Element e sits at payload byte 4 + e.
+    dst = out_.data() + t.offset + (offset_ + data.size() - count) -
+          sizeof(float);
+    for (size_t i = 0; i < count; ++i) {
+      dst[i] = scale_ * static_cast<float>(static_cast<int8_t>(q[i]));
+    }
+    decoded = count;
+  } else {
+    dst = out_.data() + t.offset + offset_ / sizeof(float);
+    std::memcpy(dst, data.data(), data.size());
+    decoded = data.size() / sizeof(float);
+  }
+  if (require_finite_ && !AllFinite({dst, decoded})) {
     return absl::InvalidArgumentError(
         absl::StrCat("tensor ", t.name,
                      ": NaN or infinite value in chunk at byte ", offset_));
@@ -212,10 +298,13 @@ absl::Status ChunkAssembler::AddChunk(const v1::TensorChunk& chunk) {
 absl::Status ChunkAssembler::Finish() const {
   if (!error_.ok()) return error_;
   if (complete()) return absl::OkStatus();
-  return absl::InvalidArgumentError(
-      absl::StrCat("stream ended before tensor ", spec_.tensors[tensor_].name,
-                   " was complete (", bytes_received_, " of ",
-                   spec_.num_parameters * sizeof(float), " bytes)"));
+  uint64_t total = 0;
+  for (const TensorSpec& t : spec_.tensors) {
+    total += PayloadBytes(t.num_elements, encoding_);
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "stream ended before tensor ", spec_.tensors[tensor_].name,
+      " was complete (", bytes_received_, " of ", total, " bytes)"));
 }
 
 }  // namespace fedlearn

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -22,15 +23,24 @@ inline constexpr size_t kMaxChunkBytes = size_t{1} << 20;
 v1::ModelSpec ToProto(const ModelSpec& spec);
 absl::StatusOr<ModelSpec> FromProto(const v1::ModelSpec& proto);
 
+// A tensor's payload in each encoding:
+//  - ENCODING_DENSE: its float32 values, little endian, in row-major order
+//    (4 bytes per element).
+//  - ENCODING_QUANTIZED: a float32 scale s >= 0, then one int8 q per element;
+//    the value is s * q (4 + 1 byte per element). The writer picks s =
+//    max|x| / 127 and q = x / s rounded to nearest, so each value is within
+//    s / 2 of the original.
+
 // Splits a flat float32 parameter vector into TensorChunk messages of at most
-// `chunk_bytes` payload each (rounded down to whole floats, at least one float,
-// at most kMaxChunkBytes), tensor by tensor in the spec's order. Reads `values`
-// in place; the caller keeps `spec` and `values` alive while writing. Not
-// thread-safe.
+// `chunk_bytes` payload each (rounded down to a multiple of 4 bytes, at least
+// 4, at most kMaxChunkBytes), tensor by tensor in the spec's order, in
+// `encoding` (ENCODING_DENSE or ENCODING_QUANTIZED). Dense reads `values` in
+// place; quantized encodes one tensor at a time as it gets to it. The caller
+// keeps `spec` and `values` alive while writing. Not thread-safe.
 class ChunkWriter {
  public:
   ChunkWriter(const ModelSpec& spec, absl::Span<const float> values,
-              size_t chunk_bytes);
+              size_t chunk_bytes, v1::Encoding encoding = v1::ENCODING_DENSE);
 
   // Fills `chunk` with the next chunk; returns false (leaving `chunk` alone)
   // when every tensor has been written.
@@ -43,25 +53,31 @@ class ChunkWriter {
   const ModelSpec& spec_;
   absl::Span<const float> values_;
   size_t chunk_bytes_;
+  v1::Encoding encoding_;
   int64_t total_bytes_;
-  size_t tensor_ = 0;    // index of the tensor being written
-  uint64_t offset_ = 0;  // byte offset within it
+  std::string quantized_;  // the current tensor's quantized payload
+  size_t tensor_ = 0;      // index of the tensor being written
+  uint64_t offset_ = 0;    // byte offset within it
   uint32_t tensor_crc_ = 0;
 };
 
 // Reassembles chunks into a flat float32 vector, verifying each chunk: the
-// tensor's name and order, shape, dtype, encoding and size against the spec,
-// the byte offset (no gaps, no overlap), the chunk's and the tensor's CRC-32C
-// and the chunk size limit before copying it, and, when asked, that every value
-// is finite as it is copied. Errors are INVALID_ARGUMENT (RESOURCE_EXHAUSTED
-// for an oversized chunk) with a message naming the tensor; after an error the
-// assembler accepts nothing more and `out` holds whatever was copied, so
-// assemble into a scratch buffer. Not thread-safe.
+// tensor's name and order, shape, dtype, encoding (every chunk in the one the
+// assembler expects) and payload size against the spec, the byte offset (no
+// gaps, no overlap), the chunk's and the tensor's CRC-32C and the chunk size
+// limit before decoding it, a quantized tensor's scale (in its first chunk,
+// finite and >= 0), and, when asked, that every value is finite as it is
+// decoded. Errors are INVALID_ARGUMENT (RESOURCE_EXHAUSTED for an oversized
+// chunk) with a message naming the tensor; after an error the assembler
+// accepts nothing more and `out` holds whatever was decoded, so assemble into a
+// scratch buffer. Not thread-safe.
 class ChunkAssembler {
  public:
   // `out` must hold spec.num_parameters floats and outlive the assembler.
+  // `encoding`: ENCODING_DENSE or ENCODING_QUANTIZED.
   ChunkAssembler(const ModelSpec& spec, absl::Span<float> out,
-                 bool require_finite, size_t max_chunk_bytes = kMaxChunkBytes);
+                 bool require_finite, size_t max_chunk_bytes = kMaxChunkBytes,
+                 v1::Encoding encoding = v1::ENCODING_DENSE);
 
   absl::Status Add(const v1::TensorChunk& chunk);
 
@@ -79,6 +95,8 @@ class ChunkAssembler {
   absl::Span<float> out_;
   bool require_finite_;
   size_t max_chunk_bytes_;
+  v1::Encoding encoding_;
+  float scale_ = 0;      // the quantized tensor's, once its first chunk is in
   size_t tensor_ = 0;    // index of the tensor expected next
   uint64_t offset_ = 0;  // bytes of it received so far
   uint32_t tensor_crc_ = 0;

@@ -184,7 +184,8 @@ class CoordinatorService::UpdateReader final
     }
     buffer_ = std::move(buffer);
     assembler_.emplace(service_->rounds_->spec(), absl::MakeSpan(*buffer_),
-                       /*require_finite=*/true);
+                       /*require_finite=*/true, kMaxChunkBytes,
+                       header_->encoding());
     // Initial metadata is the go-ahead: a client that waits for it before
     // sending its chunks (CoordinatorClient does) has nothing but its header in
     // flight while queued.

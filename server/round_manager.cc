@@ -617,12 +617,13 @@ absl::Status RoundManager::CheckUpdateMetricsLocked(
   if (header.num_examples() <= 0 || header.num_validation_examples() < 0 ||
       !metrics_ok ||
       (header.encoding() != v1::ENCODING_DENSE &&
-       header.encoding() != v1::ENCODING_UNSPECIFIED)) {
+       header.encoding() != v1::ENCODING_UNSPECIFIED &&
+       header.encoding() != v1::ENCODING_QUANTIZED)) {
     CountRejectionLocked(Rejection::kInvalid);
-    return absl::InvalidArgumentError(
-        absl::StrCat("client ", header.client_id(),
-                     ": header needs num_examples > 0, finite losses, "
-                     "accuracies in [0, 1] and dense encoding"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "client ", header.client_id(),
+        ": header needs num_examples > 0, finite losses, accuracies in [0, 1] "
+        "and a dense or quantized encoding"));
   }
   return absl::OkStatus();
 }

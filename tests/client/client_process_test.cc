@@ -165,6 +165,26 @@ TEST_F(ClientProcessTest, AgentsRunToDoneAndExitZero) {
   EXPECT_EQ(coordinator.Wait(kTimeout), 0) << coordinator.output();
 }
 
+TEST_F(ClientProcessTest, Int8UpdatesRunToDoneWithAQuarterOfTheUpload) {
+  ChildProcess coordinator(
+      Coordinator({"--min_clients=2", "--max_rounds=2", "--done_grace=20s"}));
+  const int port = ListeningPort(coordinator);
+  ASSERT_GT(port, 0) << coordinator.output();
+  ChildProcess client(Client({"--agents=2", "--update_encoding=int8"}, port));
+  EXPECT_EQ(client.Wait(kTimeout), 0) << client.output();
+  EXPECT_EQ(coordinator.Wait(kTimeout), 0) << coordinator.output();
+  EXPECT_THAT(client.output(), HasSubstr("partition 0): done: 2 rounds"));
+  // mlp_2nn: 199,210 parameters in 6 tensors, so an update is 199,234 bytes
+  // instead of 796,840; four of them (0.8 MB, against 3.2 MB dense).
+  EXPECT_THAT(coordinator.output(), HasSubstr("0.8 MB received"));
+}
+
+TEST_F(ClientProcessTest, UnknownUpdateEncodingIsAUsageError) {
+  ChildProcess client(Client({"--update_encoding=int4"}, 50051));
+  EXPECT_EQ(client.Wait(kTimeout), 2);
+  EXPECT_THAT(client.output(), HasSubstr("--update_encoding"));
+}
+
 TEST_F(ClientProcessTest, AgentsRunAnAsyncModeRunToDone) {
   // Four updates on 90 digits each can look converged (a window's mean loss
   // may rise): only max_rounds may end this run.

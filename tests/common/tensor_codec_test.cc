@@ -668,5 +668,166 @@ TEST(AllFiniteTest, FindsANonFiniteValueAnywhere) {
   }
 }
 
+// ---------------------------------------------------------------------------------------
+// Quantized updates (ENCODING_QUANTIZED).
+
+std::vector<v1::TensorChunk> WriteQuantized(const ModelSpec& spec,
+                                            absl::Span<const float> values,
+                                            size_t chunk_bytes) {
+  ChunkWriter writer(spec, values, chunk_bytes, v1::ENCODING_QUANTIZED);
+  std::vector<v1::TensorChunk> chunks;
+  v1::TensorChunk chunk;
+  while (writer.Next(&chunk)) chunks.push_back(chunk);
+  return chunks;
+}
+
+// Values of both signs; a.bias all zero (a scale of 0).
+std::vector<float> DeltaValues() {
+  std::vector<float> v(26);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = 0.37f * i - 4.0f;
+  std::fill(v.begin() + 15, v.begin() + 18, 0.0f);
+  v[20] = -9.5f;  // b.weight's largest magnitude is negative
+  return v;
+}
+
+TEST(QuantizedTest, EveryValueComesBackWithinHalfAStep) {
+  const ModelSpec spec = TinySpec();
+  const std::vector<float> values = DeltaValues();
+  // Payload: a scale and a byte per element for each of the 4 tensors.
+  const int64_t payload = 4 * 4 + 26;
+  for (size_t chunk_bytes : {size_t{4}, size_t{16}, kMaxChunkBytes}) {
+    SCOPED_TRACE(chunk_bytes);
+    ChunkWriter writer(spec, values, chunk_bytes, v1::ENCODING_QUANTIZED);
+    EXPECT_EQ(writer.total_bytes(), payload);
+    const std::vector<v1::TensorChunk> chunks =
+        WriteQuantized(spec, values, chunk_bytes);
+    for (const v1::TensorChunk& c : chunks) {
+      EXPECT_EQ(c.encoding(), v1::ENCODING_QUANTIZED);
+      EXPECT_LE(c.data().size(), std::max<size_t>(chunk_bytes, 4));
+    }
+    std::vector<float> out(values.size(), 42.0f);
+    ChunkAssembler assembler(spec, absl::MakeSpan(out), /*require_finite=*/true,
+                             kMaxChunkBytes, v1::ENCODING_QUANTIZED);
+    ASSERT_TRUE(AddAll(assembler, chunks).ok());
+    EXPECT_EQ(assembler.bytes_received(), payload);
+    for (const TensorSpec& t : spec.tensors) {
+      float largest = 0;
+      for (int64_t i = 0; i < t.num_elements; ++i) {
+        largest = std::max(largest, std::abs(values[t.offset + i]));
+      }
+      const float step = largest / 127;
+      for (int64_t i = 0; i < t.num_elements; ++i) {
+        const float x = values[t.offset + i], y = out[t.offset + i];
+        EXPECT_LE(std::abs(y - x), step / 2 * (1 + 1e-6f))
+            << t.name << "[" << i << "] " << x << " -> " << y;
+        // Decoded as scale x an integer level in [-127, 127].
+        const float level = step > 0 ? std::nearbyint(y / step) : 0;
+        EXPECT_EQ(y, step * level) << t.name << "[" << i << "]";
+        EXPECT_LE(std::abs(level), 127) << t.name << "[" << i << "]";
+      }
+    }
+    // The zero tensor decodes to exact zeros; the extremes to +-max.
+    EXPECT_EQ(out[15], 0.0f);
+    EXPECT_EQ(out[20], -9.5f);
+  }
+}
+
+class QuantizedAssemblerTest : public ::testing::Test {
+ protected:
+  QuantizedAssemblerTest()
+      : spec_(TinySpec()),
+        chunks_(WriteQuantized(spec_, DeltaValues(), 16)),
+        out_(26) {}
+
+  absl::Status Assemble(const std::vector<v1::TensorChunk>& chunks,
+                        size_t* failed_at,
+                        v1::Encoding encoding = v1::ENCODING_QUANTIZED) {
+    ChunkAssembler assembler(spec_, absl::MakeSpan(out_),
+                             /*require_finite=*/true, kMaxChunkBytes, encoding);
+    return AddAll(assembler, chunks, failed_at);
+  }
+
+  void ExpectRejected(const std::vector<v1::TensorChunk>& chunks, size_t index,
+                      const std::string& detail,
+                      v1::Encoding encoding = v1::ENCODING_QUANTIZED) {
+    size_t failed_at = 0;
+    absl::Status status = Assemble(chunks, &failed_at, encoding);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_EQ(failed_at, index) << status;
+    EXPECT_THAT(status.message(), HasSubstr(detail));
+  }
+
+  // Replaces the scale at the start of chunk 0 (a.weight's first).
+  void SetScale(float scale) {
+    std::string data = chunks_[0].data();
+    std::memcpy(data.data(), &scale, sizeof(scale));
+    chunks_[0].set_data(data);
+    Reseal(&chunks_[0]);
+  }
+
+  const ModelSpec spec_;
+  std::vector<v1::TensorChunk> chunks_;
+  std::vector<float> out_;
+};
+
+// a.weight's payload is 4 + 15 = 19 bytes: chunks of 16 and 3.
+TEST_F(QuantizedAssemblerTest, TheUnmodifiedStreamIsAccepted) {
+  ASSERT_EQ(chunks_.size(), 5u);
+  EXPECT_EQ(chunks_[0].total_bytes(), 19u);
+  size_t failed_at = 0;
+  EXPECT_TRUE(Assemble(chunks_, &failed_at).ok());
+}
+
+TEST_F(QuantizedAssemblerTest, RejectsABadScale) {
+  for (float scale : {-1.0f, std::numeric_limits<float>::quiet_NaN(),
+                      std::numeric_limits<float>::infinity()}) {
+    SCOPED_TRACE(scale);
+    chunks_ = WriteQuantized(spec_, DeltaValues(), 16);
+    SetScale(scale);
+    ExpectRejected(chunks_, 0, "quantization scale");
+  }
+}
+
+TEST_F(QuantizedAssemblerTest, ANonFiniteValueIsSentAsANaNScaleAndRejected) {
+  std::vector<float> values = DeltaValues();
+  values[20] = std::numeric_limits<float>::infinity();  // in b.weight
+  chunks_ = WriteQuantized(spec_, values, 16);
+  // Chunks: a.weight 16 + 3, a.bias 7, b.weight 10, b.bias 6.
+  ExpectRejected(chunks_, 3, "quantization scale nan");
+}
+
+TEST_F(QuantizedAssemblerTest, RejectsValuesThatOverflow) {
+  SetScale(std::numeric_limits<float>::max());  // 127 x max is infinite
+  ExpectRejected(chunks_, 0, "NaN or infinite");
+}
+
+TEST_F(QuantizedAssemblerTest, RejectsAFirstChunkWithoutTheWholeScale) {
+  // Chunk 0 split into 2 + 14 bytes, each sealed.
+  v1::TensorChunk head = chunks_[0], rest = chunks_[0];
+  head.set_data(chunks_[0].data().substr(0, 2));
+  Reseal(&head);
+  rest.set_data(chunks_[0].data().substr(2));
+  rest.set_offset(2);
+  Reseal(&rest);
+  std::vector<v1::TensorChunk> chunks = {head, rest};
+  chunks.insert(chunks.end(), chunks_.begin() + 1, chunks_.end());
+  ExpectRejected(chunks, 0, "4-byte scale");
+}
+
+TEST_F(QuantizedAssemblerTest, RejectsADenseSizedPayload) {
+  chunks_[0].set_total_bytes(15 * 4);
+  ExpectRejected(chunks_, 0, "expected 19 bytes");
+}
+
+TEST_F(QuantizedAssemblerTest, EveryChunkMustBeInTheExpectedEncoding) {
+  // Quantized chunks where dense ones are expected, and the other way round.
+  ExpectRejected(chunks_, 0, "want ENCODING_DENSE", v1::ENCODING_DENSE);
+  const std::vector<v1::TensorChunk> dense = WriteAll(spec_, DeltaValues(), 16);
+  ExpectRejected(dense, 0, "want ENCODING_QUANTIZED");
+  std::vector<v1::TensorChunk> mixed = chunks_;
+  mixed[1].set_encoding(v1::ENCODING_DENSE);
+  ExpectRejected(mixed, 1, "encoding ENCODING_DENSE");
+}
+
 }  // namespace
 }  // namespace fedlearn

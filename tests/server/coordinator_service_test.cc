@@ -354,6 +354,19 @@ TEST_F(CoordinatorServiceTest, RejectedUpdatesLeaveTheModelBitIdentical) {
        [&] { return a.PushUpdate(Header(1, 0, 1.0), good).status(); }},
       {"NaN loss", absl::StatusCode::kInvalidArgument,
        [&] { return a.PushUpdate(Header(1, 10, nan), good).status(); }},
+      {"dense chunks under a quantized header",
+       absl::StatusCode::kInvalidArgument,
+       [&] {
+         v1::UpdateHeader h = Header(1, 10, 1.0);
+         h.set_encoding(v1::ENCODING_QUANTIZED);
+         return a.PushMessages(Messages(a, h, good)).status();
+       }},
+      {"sparse encoding (reserved)", absl::StatusCode::kInvalidArgument,
+       [&] {
+         v1::UpdateHeader h = Header(1, 10, 1.0);
+         h.set_encoding(v1::ENCODING_SPARSE_TOPK);
+         return a.PushMessages(Messages(a, h, good)).status();
+       }},
       {"train accuracy above 1", absl::StatusCode::kInvalidArgument,
        [&] {
          v1::UpdateHeader h = Header(1, 10, 1.0);
@@ -416,8 +429,51 @@ TEST_F(CoordinatorServiceTest, RejectedUpdatesLeaveTheModelBitIdentical) {
   EXPECT_EQ(r.stale_round(), 1);
   EXPECT_EQ(r.not_selected(), 1);
   EXPECT_EQ(r.duplicate(), 1);
-  EXPECT_EQ(r.invalid(), 10);
+  EXPECT_EQ(r.invalid(), 12);
   EXPECT_EQ(r.incomplete(), 1);
+}
+
+TEST_F(CoordinatorServiceTest,
+       QuantizedUpdatesMoveTheModelByTheirDecodedValues) {
+  CoordinatorOptions o = SmallRun();
+  o.min_clients = 2;
+  o.clients_per_round = 2;
+  o.tolerance = 0;  // both updates count
+  Start(o);
+  auto clients = JoinAll(2);
+  for (auto& c : clients) ASSERT_EQ(NextTask(*c).task.round(), 1);
+  const std::vector<float> before = Global();
+  // Per tensor: values spread over (-1, 1) times a tensor-specific size.
+  const ModelSpec& spec = clients[0]->spec();
+  std::vector<float> delta(NumParameters());
+  for (const TensorSpec& t : spec.tensors) {
+    for (int64_t i = 0; i < t.num_elements; ++i) {
+      delta[t.offset + i] = std::sin(0.1f * i) * (1 + t.offset % 7);
+    }
+  }
+  // What the coordinator should decode: the codec's own round trip.
+  std::vector<float> decoded(delta.size());
+  {
+    ChunkWriter writer(spec, delta, 64 << 10, v1::ENCODING_QUANTIZED);
+    ChunkAssembler assembler(spec, absl::MakeSpan(decoded), true,
+                             kMaxChunkBytes, v1::ENCODING_QUANTIZED);
+    v1::TensorChunk chunk;
+    while (writer.Next(&chunk)) ASSERT_TRUE(assembler.Add(chunk).ok());
+    ASSERT_TRUE(assembler.Finish().ok());
+  }
+  ASSERT_NE(decoded, delta);  // int8 is lossy
+  v1::UpdateHeader header = Header(1, 10, 1.0);
+  header.set_encoding(v1::ENCODING_QUANTIZED);
+  for (auto& c : clients) ASSERT_TRUE(c->PushUpdate(header, delta).ok());
+  const std::vector<float> after = Global();
+  for (size_t j = 0; j < after.size(); ++j) {
+    ASSERT_EQ(after[j], static_cast<float>(double{before[j]} + decoded[j]))
+        << j;
+  }
+  // A quarter of the dense bytes, plus a scale per tensor, per update.
+  const int64_t quantized_bytes =
+      static_cast<int64_t>(NumParameters() + 4 * spec.tensors.size());
+  EXPECT_EQ(Status().history(0).bytes_received(), 2 * quantized_bytes);
 }
 
 TEST_F(CoordinatorServiceTest, OversizedChunkIsResourceExhausted) {
