@@ -177,6 +177,7 @@ TEST_F(ClientProcessTest, Int8UpdatesRunToDoneWithAQuarterOfTheUpload) {
   // mlp_2nn: 199,210 parameters in 6 tensors, so an update is 199,234 bytes
   // instead of 796,840; four of them (0.8 MB, against 3.2 MB dense).
   EXPECT_THAT(coordinator.output(), HasSubstr("0.8 MB received"));
+  EXPECT_THAT(client.output(), HasSubstr("sent 0.20 MB"));
 }
 
 TEST_F(ClientProcessTest, UnknownUpdateEncodingIsAUsageError) {
