@@ -8,13 +8,14 @@
 #          --dataset mnist|fashion-mnist (mnist), --max_rounds R (30), --port P (free port),
 #          --http_port P (dashboard; a free port), --mode rounds|async (rounds; async
 #          applies each update as it arrives, at most R x N of them),
-#          --convergence_threshold T (0.005: stop when the train loss improves by less)
+#          --convergence_threshold T (0.005: stop when the train loss improves by less),
+#          --update_encoding dense|int8 (dense; int8 sends a quarter of the bytes)
 # Exits non-zero if anything failed; leaves no process behind (also on Ctrl-C).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 clients=10 partition=iid dataset=mnist max_rounds=30 port=0 http_port=0 mode=rounds
-threshold=0.005
+threshold=0.005 encoding=dense
 while [ $# -gt 0 ]; do
   case "$1" in
     --clients) clients=$2; shift 2 ;;
@@ -24,11 +25,15 @@ while [ $# -gt 0 ]; do
     --port) port=$2; shift 2 ;;
     --http_port) http_port=$2; shift 2 ;;
     --convergence_threshold) threshold=$2; shift 2 ;;
+    --update_encoding)
+      encoding=$2; shift 2
+      [ "$encoding" = dense ] || [ "$encoding" = int8 ] ||
+        { echo "demo.sh: --update_encoding is dense or int8" >&2; exit 2; } ;;
     --mode)
       mode=$2; shift 2
       [ "$mode" = rounds ] || [ "$mode" = async ] ||
         { echo "demo.sh: --mode is rounds or async" >&2; exit 2; } ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
     *) echo "demo.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -81,7 +86,8 @@ echo "coordinator on 127.0.0.1:$port ($mode mode); $clients agents, $partition p
 [ -n "$dashboard" ] && echo "dashboard: $dashboard (live while the run lasts)"
 
 "$build/client/fedlearn-client" --coordinator="127.0.0.1:$port" --data_dir="$data" \
-  --partition="$partition" --agents="$clients" 2>"$logs/client.log" &
+  --partition="$partition" --agents="$clients" --update_encoding="$encoding" \
+  2>"$logs/client.log" &
 pids+=($!)
 client=$!
 
