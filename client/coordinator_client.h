@@ -43,8 +43,9 @@ class CoordinatorClient {
   // finite).
   absl::StatusOr<ReceivedTask> RequestUpdate(absl::Duration max_wait);
 
-  // Pushes `delta` (num_parameters floats) as the update described by `header`;
-  // the header's client_id is filled in.
+  // Pushes `delta` (num_parameters floats) as the update described by `header`,
+  // int8-quantized when the header says ENCODING_QUANTIZED and dense otherwise
+  // (the header's encoding is set to match); its client_id is filled in.
   absl::StatusOr<v1::PushGradientResponse> PushUpdate(
       v1::UpdateHeader header, absl::Span<const float> delta);
 
