@@ -10,9 +10,11 @@ plus /usr/bin/grpc_python_plugin). Run with /usr/bin/python3:
 
 It does no real training: the update is a small step of plain weight decay computed
 with numpy (delta = -step * w; --step=0 pushes a zero delta), chunked exactly as the
-contract says. On success it prints one JSON object (the round it trained, the
-coordinator's phase and round history) and exits 0; on failure it prints a message to
-stderr and exits non-zero.
+contract says, dense or (--int8) quantized. When its update was the round's only one it
+takes the next round's model and checks it is the old one plus the update as decoded,
+to the bit. On success it prints one JSON object (the round it trained, the update's
+size, whether the model was checked, the coordinator's phase and round history) and
+exits 0; on failure it prints a message to stderr and exits non-zero.
 """
 
 import argparse
@@ -112,11 +114,30 @@ def reassemble(pb2, spec, chunks):
     return tensors
 
 
-def make_chunks(pb2, spec, tensors, chunk_bytes):
-    """TensorChunk messages for `tensors`, as common/tensor_codec.cc's ChunkWriter makes them."""
+def encode(values, int8):
+    """A tensor's payload and the values the coordinator will decode from it.
+
+    Dense: the float32 values. int8 (ENCODING_QUANTIZED): a float32 scale
+    s = max|x| / 127, then one int8 q = round(x / s) per value; decoded as s * q.
+    """
+    v = np.ascontiguousarray(values, dtype="<f4").ravel()
+    if not int8:
+        return v.tobytes(), v
+    scale = (np.max(np.abs(v)) if v.size else np.float32(0)) / np.float32(127)
+    if scale > 0:
+        q = np.clip(np.rint(v / scale), -127, 127).astype(np.int8)
+    else:
+        q = np.zeros(v.size, dtype=np.int8)
+    decoded = (scale * q.astype(np.float32)).astype(np.float32)
+    return np.array([scale], dtype="<f4").tobytes() + q.tobytes(), decoded
+
+
+def make_chunks(pb2, spec, payloads, chunk_bytes, int8):
+    """TensorChunk messages for the tensors' payloads, as common/tensor_codec.cc's
+    ChunkWriter makes them."""
     chunk_bytes = max(4, min(chunk_bytes & ~3, MAX_CHUNK_BYTES))
-    for t, values in zip(spec.tensors, tensors):
-        payload = np.ascontiguousarray(values, dtype="<f4").tobytes()
+    encoding = pb2.ENCODING_QUANTIZED if int8 else pb2.ENCODING_DENSE
+    for t, payload in zip(spec.tensors, payloads):
         total = len(payload)
         offset = 0
         running = 0
@@ -128,7 +149,7 @@ def make_chunks(pb2, spec, tensors, chunk_bytes):
             last = offset == total
             yield pb2.TensorChunk(
                 name=t.name, shape=list(t.shape), dtype=pb2.DTYPE_FLOAT32,
-                encoding=pb2.ENCODING_DENSE, total_bytes=total, offset=offset - len(data),
+                encoding=encoding, total_bytes=total, offset=offset - len(data),
                 data=data, chunk_crc32c=crc, last=last,
                 tensor_crc32c=running if last else 0)
             if last:
@@ -140,6 +161,50 @@ def make_chunks(pb2, spec, tensors, chunk_bytes):
 
 def rpc_name(e):
     return f"{e.code().name}: {e.details()}"
+
+
+def next_train_task(stub, pb2, grpc, spec, client_id, md, deadline, timeout):
+    """Polls until a TRAIN task arrives and returns it with its verified weights, or
+    (None, None) when the coordinator answers DONE or EVALUATE instead."""
+    while True:
+        if time.monotonic() > deadline:
+            raise ClientError(f"no TRAIN task within {timeout} s")
+        try:
+            stream = stub.RequestUpdate(
+                pb2.RequestUpdateRequest(client_id=client_id, max_wait_ms=5000),
+                metadata=md, timeout=30)
+            messages = list(stream)
+        except grpc.RpcError as e:
+            if e.code() == grpc.StatusCode.UNAVAILABLE:
+                time.sleep(0.5)
+                continue
+            raise ClientError(f"RequestUpdate failed: {rpc_name(e)}")
+        if not messages or not messages[0].HasField("task"):
+            raise ClientError("RequestUpdate: the first message is not a task")
+        task = messages[0].task
+        if task.type == pb2.TASK_TYPE_WAIT:
+            time.sleep(max(task.retry_after_ms, 10) / 1000.0)
+            continue
+        if task.type in (pb2.TASK_TYPE_DONE, pb2.TASK_TYPE_EVALUATE):
+            return None, None
+        if task.type == pb2.TASK_TYPE_TRAIN:
+            break
+        raise ClientError(f"unexpected task {pb2.TaskType.Name(task.type)}")
+
+    chunks = []
+    for m in messages[1:]:
+        if not m.HasField("chunk"):
+            raise ClientError("RequestUpdate: a second task header in one stream")
+        chunks.append(m.chunk)
+    if task.num_tensors and task.num_tensors != len(spec.tensors):
+        raise ClientError(f"task announces {task.num_tensors} tensors, model has {len(spec.tensors)}")
+    weights = reassemble(pb2, spec, chunks)
+    received = sum(len(c.data) for c in chunks)
+    if received != task.payload_bytes:
+        raise ClientError(f"received {received} payload bytes, task announced {task.payload_bytes}")
+    print(f"TRAIN round {task.round}: {len(chunks)} chunks, {received} bytes, verified",
+          file=sys.stderr)
+    return task, weights
 
 
 def run(args):
@@ -174,51 +239,19 @@ def run(args):
     print(f"joined as {joined.client_id}, run {joined.run_id}, model {spec.name} "
           f"({spec.num_parameters} parameters)", file=sys.stderr)
 
-    # Poll until TRAIN arrives.
-    while True:
-        if time.monotonic() > deadline:
-            raise ClientError(f"no TRAIN task within {args.timeout} s")
-        try:
-            stream = stub.RequestUpdate(
-                pb2.RequestUpdateRequest(client_id=joined.client_id, max_wait_ms=5000),
-                metadata=md, timeout=30)
-            messages = list(stream)
-        except grpc.RpcError as e:
-            if e.code() == grpc.StatusCode.UNAVAILABLE:
-                time.sleep(0.5)
-                continue
-            raise ClientError(f"RequestUpdate failed: {rpc_name(e)}")
-        if not messages or not messages[0].HasField("task"):
-            raise ClientError("RequestUpdate: the first message is not a task")
-        task = messages[0].task
-        if task.type == pb2.TASK_TYPE_WAIT:
-            time.sleep(max(task.retry_after_ms, 10) / 1000.0)
-            continue
-        if task.type == pb2.TASK_TYPE_DONE:
-            raise ClientError("the run ended (DONE) before this client got a TRAIN task")
-        if task.type == pb2.TASK_TYPE_TRAIN:
-            break
-        raise ClientError(f"unexpected task {pb2.TaskType.Name(task.type)}")
-
-    chunks = []
-    for m in messages[1:]:
-        if not m.HasField("chunk"):
-            raise ClientError("RequestUpdate: a second task header in one stream")
-        chunks.append(m.chunk)
-    if task.num_tensors and task.num_tensors != len(spec.tensors):
-        raise ClientError(f"task announces {task.num_tensors} tensors, model has {len(spec.tensors)}")
-    weights = reassemble(pb2, spec, chunks)
-    received = sum(len(c.data) for c in chunks)
-    if received != task.payload_bytes:
-        raise ClientError(f"received {received} payload bytes, task announced {task.payload_bytes}")
-    print(f"TRAIN round {task.round}: {len(chunks)} chunks, {received} bytes, verified",
-          file=sys.stderr)
+    task, weights = next_train_task(stub, pb2, grpc, spec, joined.client_id, md,
+                                    deadline, args.timeout)
+    if task is None:
+        raise ClientError("the run ended before this client got a TRAIN task")
 
     # "Training": one step of weight decay, delta = -step * w.
     delta = [(-args.step * w).astype("<f4") for w in weights]
-    header = pb2.UpdateHeader(client_id=joined.client_id, round=task.round,
-                              num_examples=args.num_examples, train_loss=1.0,
-                              train_accuracy=0.0, encoding=pb2.ENCODING_DENSE)
+    encoded = [encode(d, args.int8) for d in delta]
+    payloads = [payload for payload, _ in encoded]
+    header = pb2.UpdateHeader(
+        client_id=joined.client_id, round=task.round, num_examples=args.num_examples,
+        train_loss=1.0, train_accuracy=0.0,
+        encoding=pb2.ENCODING_QUANTIZED if args.int8 else pb2.ENCODING_DENSE)
 
     # Send the header, wait for the coordinator's initial metadata (the go-ahead), then
     # the chunks; a rejected push finishes before any chunk is sent.
@@ -230,7 +263,7 @@ def run(args):
         go.wait()
         if state["call"].done():
             return
-        for chunk in make_chunks(pb2, spec, delta, args.chunk_bytes):
+        for chunk in make_chunks(pb2, spec, payloads, args.chunk_bytes, args.int8):
             yield pb2.PushGradientRequest(chunk=chunk)
 
     call = stub.PushGradient.future(requests(), metadata=md, timeout=30)
@@ -258,11 +291,34 @@ def run(args):
     history = [json_format.MessageToDict(r, preserving_proto_field_name=True,
                                          including_default_value_fields=True)
                for r in status.history]
+
+    # When this client's update was the round's only one, the next round's model is
+    # the old one plus the update as the coordinator decoded it (FedAvg of one,
+    # summed in double): check that, to the bit.
+    model_verified = None
+    if pushed.accepted_this_round == 1:
+        following, new_weights = next_train_task(stub, pb2, grpc, spec, joined.client_id,
+                                                 md, deadline, args.timeout)
+        if following is not None and following.round == task.round + 1:
+            for t, w, (_, decoded), got in zip(spec.tensors, weights, encoded, new_weights):
+                want = (w.ravel().astype(np.float64) + decoded.astype(np.float64)) \
+                    .astype(np.float32)
+                if not np.array_equal(got.ravel(), want):
+                    bad = int(np.argmax(got.ravel() != want))
+                    raise ClientError(f"round {following.round}'s {t.name}[{bad}] is "
+                                      f"{got.ravel()[bad]!r}, want {want[bad]!r}")
+            model_verified = True
+            print(f"round {following.round}'s model is round {task.round}'s plus the "
+                  f"update, to the bit", file=sys.stderr)
+
     print(json.dumps({
         "client_id": joined.client_id,
         "run_id": status.run_id,
         "trained_round": task.round,
         "accepted_this_round": pushed.accepted_this_round,
+        "encoding": "int8" if args.int8 else "dense",
+        "update_bytes": sum(len(p) for p in payloads),
+        "model_verified": model_verified,
         "phase": pb2.Phase.Name(status.phase),
         "round": status.round,
         "history": history,
@@ -283,6 +339,8 @@ def main():
     p.add_argument("--step", type=float, default=0.01,
                    help="delta = -step * weights (0: a zero delta)")
     p.add_argument("--chunk_bytes", type=int, default=MAX_CHUNK_BYTES)
+    p.add_argument("--int8", action="store_true",
+                   help="send the update int8-quantized (ENCODING_QUANTIZED)")
     p.add_argument("--timeout", type=float, default=45, help="seconds for the whole flow")
     args = p.parse_args()
     try:

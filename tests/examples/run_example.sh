@@ -127,7 +127,12 @@ r = r[0]
 if int(r["responded"]) != 1 or int(r["selected"]) != 1 or r["outcome"] not in ("all", "quorum"):
     sys.exit("round %s: selected %s, responded %s, outcome %s; want 1, 1, all|quorum"
              % (r["round"], r["selected"], r["responded"], r["outcome"]))
-print("ok: round %s closed (%s) with %s response" % (r["round"], r["outcome"], r["responded"]), file=sys.stderr)
+if int(r["bytes_received"]) != s["update_bytes"]:
+    sys.exit("round %s received %s bytes; the client sent %s" % (r["round"], r["bytes_received"], s["update_bytes"]))
+if s["model_verified"] is not True:
+    sys.exit("the next round'"'"'s model was not checked against the update")
+print("ok: round %s closed (%s) with %s response of %s bytes (%s); the next model is the old plus the update"
+      % (r["round"], r["outcome"], r["responded"], s["update_bytes"], s["encoding"]), file=sys.stderr)
 '
 case "$kind" in
   python) "$python" -c "$check_history_py" "$out" || fail "unexpected output" ;;
