@@ -269,8 +269,8 @@ absl::Status ChunkAssembler::AddChunk(const v1::TensorChunk& chunk) {
       count -= sizeof(float);
     }
     // Element e sits at payload byte 4 + e.
-    dst = out_.data() + t.offset + (offset_ + data.size() - count) -
-          sizeof(float);
+    dst = out_.data() + t.offset +
+          (offset_ + data.size() - count - sizeof(float));
     for (size_t i = 0; i < count; ++i) {
       dst[i] = scale_ * static_cast<float>(static_cast<int8_t>(q[i]));
     }

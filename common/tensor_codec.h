@@ -29,7 +29,8 @@ absl::StatusOr<ModelSpec> FromProto(const v1::ModelSpec& proto);
 //  - ENCODING_QUANTIZED: a float32 scale s >= 0, then one int8 q per element;
 //    the value is s * q (4 + 1 byte per element). The writer picks s =
 //    max|x| / 127 and q = x / s rounded to nearest, so each value is within
-//    s / 2 of the original.
+//    s / 2 of the original (up to float rounding; a tensor whose max|x| / 127
+//    underflows to 0 is sent as zeros).
 
 // Splits a flat float32 parameter vector into TensorChunk messages of at most
 // `chunk_bytes` payload each (rounded down to a multiple of 4 bytes, at least

@@ -10,9 +10,9 @@ plus /usr/bin/grpc_python_plugin). Run with /usr/bin/python3:
 
 It does no real training: the update is a small step of plain weight decay computed
 with numpy (delta = -step * w; --step=0 pushes a zero delta), chunked exactly as the
-contract says, dense or (--int8) quantized. When its update was the round's only one it
-takes the next round's model and checks it is the old one plus the update as decoded,
-to the bit. On success it prints one JSON object (the round it trained, the update's
+contract says, dense or (--int8) quantized. When its round closed with its update
+alone and it gets the next round, it checks that round's model is the old one plus the
+update as decoded, to the bit. On success it prints one JSON object (the round it trained, the update's
 size, whether the model was checked, the coordinator's phase and round history) and
 exits 0; on failure it prints a message to stderr and exits non-zero.
 """
@@ -292,13 +292,22 @@ def run(args):
                                          including_default_value_fields=True)
                for r in status.history]
 
-    # When this client's update was the round's only one, the next round's model is
-    # the old one plus the update as the coordinator decoded it (FedAvg of one,
-    # summed in double): check that, to the bit.
+    # When this client's update was the only one its round closed with (rounds mode),
+    # the next round's model is the old one plus the update as the coordinator decoded
+    # it (FedAvg of one, summed in double): check that, to the bit, if this client gets
+    # the next round. Otherwise (more updates averaged, async mode, not sampled again)
+    # there is nothing exact to check, and model_verified stays null.
+    record = next((r for r in status.history
+                   if r.round == pushed.round and not r.evaluation), None)
     model_verified = None
-    if pushed.accepted_this_round == 1:
-        following, new_weights = next_train_task(stub, pb2, grpc, spec, joined.client_id,
-                                                 md, deadline, args.timeout)
+    if record is not None and record.responded == 1 and record.outcome in ("all", "quorum"):
+        try:
+            following, new_weights = next_train_task(
+                stub, pb2, grpc, spec, joined.client_id, md,
+                min(deadline, time.monotonic() + 10), args.timeout)
+        except ClientError as e:
+            print(f"the next model was not checked: {e}", file=sys.stderr)
+            following = None
         if following is not None and following.round == task.round + 1:
             for t, w, (_, decoded), got in zip(spec.tensors, weights, encoded, new_weights):
                 want = (w.ravel().astype(np.float64) + decoded.astype(np.float64)) \
