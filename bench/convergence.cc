@@ -56,6 +56,7 @@
 #include "common/partition.h"
 #include "common/safetensors.h"
 #include "common/status_macros.h"
+#include "common/tensor_codec.h"
 #include "server/coordinator_server.h"
 #include "server/round_manager.h"
 
@@ -135,10 +136,11 @@ absl::Status Run() {
     FEDLEARN_RETURN_IF_ERROR(WritePartitions(out, parts));
   }
 
-  const std::string encoding = absl::GetFlag(FLAGS_update_encoding);
-  if (encoding != "dense" && encoding != "int8") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--update_encoding: \"", encoding, "\" is neither dense nor int8"));
+  absl::StatusOr<v1::Encoding> encoding =
+      ParseUpdateEncoding(absl::GetFlag(FLAGS_update_encoding));
+  if (!encoding.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--update_encoding: ", encoding.status().message()));
   }
 
   CoordinatorOptions options;
@@ -205,8 +207,7 @@ absl::Status Run() {
     agent_options.num_train_examples = trainer.train.size();
     agent_options.num_test_examples = trainer.test.size();
     agent_options.jitter_seed = 1000 + i;
-    agent_options.update_encoding =
-        encoding == "int8" ? v1::ENCODING_QUANTIZED : v1::ENCODING_DENSE;
+    agent_options.update_encoding = *encoding;
     agents.push_back(std::make_unique<Agent>(
         agent_options, [trainer](const v1::JoinResponse& joined) mutable {
           trainer.model = joined.model().name();

@@ -207,10 +207,6 @@ std::string MegaBytes(int64_t bytes) {
   return absl::StrFormat("%.2f MB", static_cast<double>(bytes) / 1e6);
 }
 
-int64_t PayloadBytes(const std::vector<float>& values) {
-  return static_cast<int64_t>(values.size() * sizeof(float));
-}
-
 }  // namespace
 
 std::shared_ptr<grpc::Channel> MakeCoordinatorChannel(
@@ -337,11 +333,13 @@ absl::StatusOr<AgentSummary> Agent::Run() {
             absl::Milliseconds(std::max<int64_t>(0, task.retry_after_ms()))));
         break;
       case v1::TASK_TYPE_TRAIN:
-        summary_.bytes_received += PayloadBytes(received->weights);
+        summary_.bytes_received +=
+            PayloadBytes(client_.spec(), v1::ENCODING_DENSE);
         FEDLEARN_RETURN_IF_ERROR(Train(*std::move(received)));
         break;
       case v1::TASK_TYPE_EVALUATE:
-        summary_.bytes_received += PayloadBytes(received->weights);
+        summary_.bytes_received +=
+            PayloadBytes(client_.spec(), v1::ENCODING_DENSE);
         FEDLEARN_RETURN_IF_ERROR(Evaluate(*received));
         break;
       case v1::TASK_TYPE_DONE:
@@ -541,9 +539,8 @@ absl::Status Agent::Push() {
     NoteContact(Op::kPush);
     update.pending = false;
     // As it travelled: int8 updates are a quarter of the floats' bytes.
-    const int64_t bytes = ChunkWriter(client_.spec(), update.delta,
-                                      kMaxChunkBytes, update.header.encoding())
-                              .total_bytes();
+    const int64_t bytes =
+        PayloadBytes(client_.spec(), update.header.encoding());
     ++summary_.rounds_trained;
     summary_.bytes_sent += bytes;
     summary_.last_train = update.metrics;

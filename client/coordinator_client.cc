@@ -125,11 +125,9 @@ absl::StatusOr<v1::PushGradientResponse> CoordinatorClient::PushUpdate(
   v1::PushGradientResponse response;
   std::unique_ptr<grpc::ClientWriter<v1::PushGradientRequest>> writer =
       stub_->PushGradient(&context, &response);
+  ChunkWriter chunks(spec_, delta, chunk_bytes_, header.encoding());
   header.set_client_id(client_id_);
-  const v1::Encoding encoding = header.encoding() == v1::ENCODING_QUANTIZED
-                                    ? v1::ENCODING_QUANTIZED
-                                    : v1::ENCODING_DENSE;
-  header.set_encoding(encoding);
+  header.set_encoding(chunks.encoding());
   v1::PushGradientRequest message;
   *message.mutable_header() = std::move(header);
   bool open = writer->Write(message);
@@ -138,7 +136,6 @@ absl::StatusOr<v1::PushGradientResponse> CoordinatorClient::PushUpdate(
   // no data in the coordinator's transport buffers; a rejected push ends here
   // without sending its update.
   if (open) writer->WaitForInitialMetadata();
-  ChunkWriter chunks(spec_, delta, chunk_bytes_, encoding);
   while (open && chunks.Next(message.mutable_chunk()))
     open = writer->Write(message);
   writer->WritesDone();

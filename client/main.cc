@@ -33,6 +33,7 @@
 #include "common/log.h"
 #include "common/partition.h"
 #include "common/signals.h"
+#include "common/tensor_codec.h"
 #include "common/tls.h"
 #include "fedlearn/v1/config.pb.h"
 
@@ -211,11 +212,11 @@ int Run() {
     return Fail(kExitUsage,
                 absl::StrCat("--progress: ", progress_mode.status().message()));
   }
-  const std::string update_encoding = absl::GetFlag(FLAGS_update_encoding);
-  if (update_encoding != "dense" && update_encoding != "int8") {
-    return Fail(kExitUsage,
-                absl::StrCat("--update_encoding: \"", update_encoding,
-                             "\" is neither dense nor int8"));
+  absl::StatusOr<v1::Encoding> update_encoding =
+      ParseUpdateEncoding(absl::GetFlag(FLAGS_update_encoding));
+  if (!update_encoding.ok()) {
+    return Fail(kExitUsage, absl::StrCat("--update_encoding: ",
+                                         update_encoding.status().message()));
   }
   const std::string data_dir = absl::GetFlag(FLAGS_data_dir);
   std::error_code error;
@@ -289,8 +290,7 @@ int Run() {
     options.max_backoff = max_backoff;
     options.reconnect_timeout = absl::GetFlag(FLAGS_reconnect_timeout);
     options.heartbeat = absl::GetFlag(FLAGS_heartbeat);
-    options.update_encoding =
-        update_encoding == "int8" ? v1::ENCODING_QUANTIZED : v1::ENCODING_DENSE;
+    options.update_encoding = *update_encoding;
     options.progress = console;
     options.progress_slot = static_cast<int>(&slot - slots.data());
     ConsoleLogf(

@@ -105,20 +105,33 @@ std::string Quantize(absl::Span<const float> values) {
 
 }  // namespace
 
+v1::Encoding UpdateEncoding(v1::Encoding encoding) {
+  return encoding == v1::ENCODING_QUANTIZED ? encoding : v1::ENCODING_DENSE;
+}
+
+int64_t PayloadBytes(const ModelSpec& spec, v1::Encoding encoding) {
+  uint64_t total = 0;
+  for (const TensorSpec& t : spec.tensors) {
+    total += PayloadBytes(t.num_elements, UpdateEncoding(encoding));
+  }
+  return static_cast<int64_t>(total);
+}
+
+absl::StatusOr<v1::Encoding> ParseUpdateEncoding(absl::string_view name) {
+  if (name == "dense") return v1::ENCODING_DENSE;
+  if (name == "int8") return v1::ENCODING_QUANTIZED;
+  return absl::InvalidArgumentError(
+      absl::StrCat("\"", name, "\" is neither dense nor int8"));
+}
+
 ChunkWriter::ChunkWriter(const ModelSpec& spec, absl::Span<const float> values,
                          size_t chunk_bytes, v1::Encoding encoding)
     : spec_(spec),
       values_(values),
       chunk_bytes_(
           std::clamp<size_t>(chunk_bytes & ~size_t{3}, 4, kMaxChunkBytes)),
-      encoding_(encoding == v1::ENCODING_QUANTIZED ? encoding
-                                                   : v1::ENCODING_DENSE),
-      total_bytes_(0) {
-  for (const TensorSpec& t : spec.tensors) {
-    total_bytes_ +=
-        static_cast<int64_t>(PayloadBytes(t.num_elements, encoding_));
-  }
-}
+      encoding_(UpdateEncoding(encoding)),
+      total_bytes_(PayloadBytes(spec, encoding_)) {}
 
 bool ChunkWriter::Next(v1::TensorChunk* chunk) {
   if (tensor_ == spec_.tensors.size()) return false;
@@ -166,8 +179,7 @@ ChunkAssembler::ChunkAssembler(const ModelSpec& spec, absl::Span<float> out,
       out_(out),
       require_finite_(require_finite),
       max_chunk_bytes_(max_chunk_bytes),
-      encoding_(encoding == v1::ENCODING_QUANTIZED ? encoding
-                                                   : v1::ENCODING_DENSE) {}
+      encoding_(UpdateEncoding(encoding)) {}
 
 absl::Status ChunkAssembler::Add(const v1::TensorChunk& chunk) {
   if (!error_.ok()) return error_;
@@ -298,13 +310,10 @@ absl::Status ChunkAssembler::AddChunk(const v1::TensorChunk& chunk) {
 absl::Status ChunkAssembler::Finish() const {
   if (!error_.ok()) return error_;
   if (complete()) return absl::OkStatus();
-  uint64_t total = 0;
-  for (const TensorSpec& t : spec_.tensors) {
-    total += PayloadBytes(t.num_elements, encoding_);
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "stream ended before tensor ", spec_.tensors[tensor_].name,
-      " was complete (", bytes_received_, " of ", total, " bytes)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("stream ended before tensor ", spec_.tensors[tensor_].name,
+                   " was complete (", bytes_received_, " of ",
+                   PayloadBytes(spec_, encoding_), " bytes)"));
 }
 
 }  // namespace fedlearn

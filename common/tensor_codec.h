@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "common/model_spec.h"
 #include "fedlearn/v1/coordinator.pb.h"
@@ -32,6 +33,18 @@ absl::StatusOr<ModelSpec> FromProto(const v1::ModelSpec& proto);
 //    s / 2 of the original (up to float rounding; a tensor whose max|x| / 127
 //    underflows to 0 is sent as zeros).
 
+// The encodings updates travel in: ENCODING_QUANTIZED stays, anything else is
+// ENCODING_DENSE (what ChunkWriter and ChunkAssembler make of `encoding`).
+v1::Encoding UpdateEncoding(v1::Encoding encoding);
+
+// Payload bytes of all of `spec`'s tensors in UpdateEncoding(`encoding`): what
+// a ChunkWriter sends, what a complete ChunkAssembler received.
+int64_t PayloadBytes(const ModelSpec& spec, v1::Encoding encoding);
+
+// --update_encoding's names: "dense" (ENCODING_DENSE), "int8"
+// (ENCODING_QUANTIZED); INVALID_ARGUMENT for anything else.
+absl::StatusOr<v1::Encoding> ParseUpdateEncoding(absl::string_view name);
+
 // Splits a flat float32 parameter vector into TensorChunk messages of at most
 // `chunk_bytes` payload each (rounded down to a multiple of 4 bytes, at least
 // 4, at most kMaxChunkBytes), tensor by tensor in the spec's order, in
@@ -49,6 +62,8 @@ class ChunkWriter {
 
   // Total payload bytes the writer produces.
   int64_t total_bytes() const { return total_bytes_; }
+  // The encoding it writes: UpdateEncoding of the one it was given.
+  v1::Encoding encoding() const { return encoding_; }
 
  private:
   const ModelSpec& spec_;

@@ -732,6 +732,23 @@ TEST(QuantizedTest, EveryValueComesBackWithinHalfAStep) {
   }
 }
 
+TEST(ParseUpdateEncodingTest, KnowsDenseAndInt8Only) {
+  EXPECT_EQ(*ParseUpdateEncoding("dense"), v1::ENCODING_DENSE);
+  EXPECT_EQ(*ParseUpdateEncoding("int8"), v1::ENCODING_QUANTIZED);
+  for (const char* bad : {"", "Dense", "int4", "sparse", "quantized"}) {
+    absl::StatusOr<v1::Encoding> parsed = ParseUpdateEncoding(bad);
+    EXPECT_EQ(parsed.status().code(), absl::StatusCode::kInvalidArgument)
+        << bad;
+  }
+}
+
+TEST(PayloadBytesTest, AScaleAndAByteAValueWhenQuantized) {
+  const ModelSpec spec = TinySpec();  // 4 tensors, 26 floats
+  EXPECT_EQ(PayloadBytes(spec, v1::ENCODING_DENSE), 26 * 4);
+  EXPECT_EQ(PayloadBytes(spec, v1::ENCODING_UNSPECIFIED), 26 * 4);
+  EXPECT_EQ(PayloadBytes(spec, v1::ENCODING_QUANTIZED), 4 * 4 + 26);
+}
+
 class QuantizedAssemblerTest : public ::testing::Test {
  protected:
   QuantizedAssemblerTest()
