@@ -12,10 +12,16 @@ Shape Conv2D::Init(const Shape& input) {
   pad_ = padding_ == Padding::kSame ? (kernel_ - 1) / 2 : 0;
   out_ = Shape{out_channels_, input.h + 2 * pad_ - kernel_ + 1,
                input.w + 2 * pad_ - kernel_ + 1, /*spatial=*/true};
+  winograd_ = kernel_ == 3 && in_.c >= kWinogradMinChannels;
+  if (winograd_) winograd3x3_.Init(in_, out_, pad_);
   return out_;
 }
 
 void Conv2D::Reserve(int max_batch) {
+  if (winograd_) {
+    winograd3x3_.Reserve(max_batch);
+    return;
+  }
   const size_t size = static_cast<size_t>(max_batch) * out_.h * out_.w * in_.c *
                       kernel_ * kernel_;
   if (patches_.size() < size) patches_.resize(size);
@@ -98,23 +104,31 @@ void Conv2D::Forward(const float* in, float* out, int batch,
                      bool /*training*/) {
   const int64_t m = batch * out_.h * out_.w;
   const int64_t k = in_.c * kernel_ * kernel_;
-  Im2Col(in, batch);
-  ConstMatrixMap patches(patches_.data(), m, k);
-  ConstMatrixMap weight(weight_, k,
-                        out_channels_);  // [out][in*k*k] row-major = K x out
   MatrixMap y(out, m, out_channels_);
-  y.noalias() = patches * weight;
+  if (winograd_) {
+    winograd3x3_.Forward(in, weight_, out, batch);
+  } else {
+    Im2Col(in, batch);
+    ConstMatrixMap patches(patches_.data(), m, k);
+    ConstMatrixMap weight(weight_, k,
+                          out_channels_);  // [out][in*k*k] row-major = K x out
+    y.noalias() = patches * weight;
+  }
   y.rowwise() += ConstVectorMap(bias_, out_channels_).transpose();
 }
 
-void Conv2D::Backward(const float* /*in*/, const float* /*out*/,
-                      const float* dout, float* din, int batch) {
+void Conv2D::Backward(const float* in, const float* /*out*/, const float* dout,
+                      float* din, int batch) {
   const int64_t m = batch * out_.h * out_.w;
   const int64_t k = in_.c * kernel_ * kernel_;
-  ConstMatrixMap patches(patches_.data(), m, k);
-  ConstMatrixMap dy(dout, m, out_channels_);
-  MatrixMap weight_grad(weight_grad_, k, out_channels_);
-  weight_grad.noalias() = patches.transpose() * dy;
+  if (winograd_) {
+    winograd3x3_.Backward(in, dout, weight_grad_, din, batch);
+  } else {
+    ConstMatrixMap patches(patches_.data(), m, k);
+    ConstMatrixMap dy(dout, m, out_channels_);
+    MatrixMap weight_grad(weight_grad_, k, out_channels_);
+    weight_grad.noalias() = patches.transpose() * dy;
+  }
   // Not Eigen's colwise().sum(): its vectorised reduction starts at the first
   // aligned address, so its rounding would depend on where `dout` happens to
   // sit and training would not be bit-reproducible from a seed. Eight running
@@ -133,7 +147,7 @@ void Conv2D::Backward(const float* /*in*/, const float* /*out*/,
     for (; i < m; ++i) sum += column[i];
     bias_grad_[o] = sum;
   }
-  if (din == nullptr) return;
+  if (din == nullptr || winograd_) return;
   // dX one sample at a time: that sample's patch gradients (h_out*w_out x K)
   // are scattered while they are still in cache, instead of writing all
   // batch*h_out*w_out x K of them out to memory and reading them back.

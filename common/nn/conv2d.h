@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "common/nn/layer.h"
+#include "common/nn/winograd.h"
 
 namespace fedlearn::nn {
 
@@ -14,9 +15,15 @@ namespace fedlearn::nn {
 // convolution is one GEMM Y(M x out) = patches * W^T whose result is already in
 // the CNHW layout; backward reuses the patches for dW and, one sample at a
 // time, computes that sample's dPatches and scatters them back (col2im) for dX.
+// A 3x3 kernel over at least kWinogradMinChannels input channels runs as
+// Winograd F(2x2, 3x3) instead (winograd.h): 16 small GEMMs with 2.25x fewer
+// multiplications than the patch GEMM.
 class Conv2D final : public Layer {
  public:
   enum class Padding { kValid, kSame };
+  // Below this many input channels the Winograd GEMMs are too thin to beat
+  // the patch GEMM (a first layer on one grey channel).
+  static constexpr int kWinogradMinChannels = 4;
   Conv2D(int out_channels, int kernel, Padding padding)
       : out_channels_(out_channels), kernel_(kernel), padding_(padding) {}
 
@@ -31,6 +38,7 @@ class Conv2D final : public Layer {
   }
   void Bind(int i, float* values, float* grads) override;
   std::string name() const override { return "conv2d"; }
+  bool uses_winograd() const { return winograd_; }
 
  private:
   void Im2Col(const float* in, int batch);
@@ -43,6 +51,8 @@ class Conv2D final : public Layer {
   const Padding padding_;
   Shape in_, out_;
   int pad_ = 0;
+  bool winograd_ = false;
+  Winograd3x3 winograd3x3_;
   float* weight_ = nullptr;
   float* weight_grad_ = nullptr;
   float* bias_ = nullptr;

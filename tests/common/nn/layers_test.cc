@@ -343,6 +343,47 @@ TEST(Conv2DTest, SameForwardByHand) {
   EXPECT_EQ(y[1], 7.5f);
 }
 
+// Winograd F(2x2, 3x3) takes over 3x3 kernels once there are enough input
+// channels for its GEMMs; a first layer on one channel, and 5x5 kernels, keep
+// the patch GEMM. Both paths are checked by the shape cases below.
+TEST(Conv2DTest, ThreeByThreeKernelsOverSeveralChannelsRunAsWinograd) {
+  using P = Conv2D::Padding;
+  const auto winograd = [](int in_c, int kernel, P padding) {
+    Conv2D conv(8, kernel, padding);
+    conv.Init(Shape{in_c, 10, 10, true});
+    return conv.uses_winograd();
+  };
+  EXPECT_TRUE(winograd(32, 3, P::kValid));
+  EXPECT_TRUE(winograd(Conv2D::kWinogradMinChannels, 3, P::kSame));
+  EXPECT_FALSE(winograd(Conv2D::kWinogradMinChannels - 1, 3, P::kValid));
+  EXPECT_FALSE(winograd(1, 3, P::kValid));
+  EXPECT_FALSE(winograd(32, 5, P::kSame));
+}
+
+// mnist_cnn's second layer at full size (32 -> 64 channels, 26x26 -> 24x24):
+// 288 products per output, summed by Winograd's transforms in float, against
+// the direct sum in double; 17 samples, so in two passes.
+TEST(Conv2DTest, WinogradMatchesDirectConvolutionAtMnistSize) {
+  std::mt19937 rng(5);
+  Conv2D conv(64, 3, Conv2D::Padding::kValid);
+  const Shape in{32, 26, 26, true};
+  const Shape out = conv.Init(in);
+  ASSERT_TRUE(conv.uses_winograd());
+  const int batch = 17;
+  conv.Reserve(batch);
+  Parameters p = BindRandomParameters(&conv, 0.1f, &rng);
+  const std::vector<float> x = Uniform(batch * in.size(), 0, 1, &rng);
+  std::vector<float> y(batch * out.size());
+  conv.Forward(x.data(), y.data(), batch, /*training=*/true);
+  const std::vector<double> want =
+      ReferenceConv(x, in, batch, p.values[0], p.values[1], 64, 3, 0);
+  double worst = 0;
+  for (size_t i = 0; i < y.size(); ++i) {
+    worst = std::max(worst, std::abs(y[i] - want[i]) / (1 + std::abs(want[i])));
+  }
+  EXPECT_LT(worst, 1e-5);
+}
+
 struct ConvCase {
   int in_c, out_c, kernel;
   Conv2D::Padding padding;
@@ -418,7 +459,16 @@ INSTANTIATE_TEST_SUITE_P(
                       ConvCase{2, 4, 5, Conv2D::Padding::kSame, 2},
                       ConvCase{3, 2, 5, Conv2D::Padding::kValid, 3},
                       ConvCase{1, 3, 3, Conv2D::Padding::kValid, 1},
-                      ConvCase{1, 2, 5, Conv2D::Padding::kSame, 2, 4, 3}),
+                      ConvCase{1, 2, 5, Conv2D::Padding::kSame, 2, 4, 3},
+                      // Winograd F(2x2, 3x3): even and odd output sizes (a
+                      // last tile half outside), valid and same padding.
+                      ConvCase{4, 3, 3, Conv2D::Padding::kValid, 2, 6, 8},
+                      ConvCase{5, 2, 3, Conv2D::Padding::kValid, 3, 7, 6},
+                      ConvCase{6, 4, 3, Conv2D::Padding::kSame, 2, 5, 7},
+                      ConvCase{4, 3, 3, Conv2D::Padding::kSame, 1, 3, 3},
+                      // More samples than Winograd runs at once (16): two
+                      // passes, dW summed over both.
+                      ConvCase{4, 2, 3, Conv2D::Padding::kValid, 21, 4, 5}),
     [](const ::testing::TestParamInfo<ConvCase>& info) {
       const ConvCase& c = info.param;
       return "In" + std::to_string(c.in_c) + "Out" + std::to_string(c.out_c) +
@@ -484,6 +534,15 @@ TEST(Conv2DTest, ResultsDoNotDependOnBufferAlignment) {
   const Shape in{1, 28, 28, true};
   const Shape out = conv.Init(in);
   ExpectAlignmentIndependent(&conv, in, out, 4);
+}
+
+TEST(Conv2DTest, WinogradResultsDoNotDependOnBufferAlignment) {
+  // The second layer of mnist_cnn, batch 2.
+  Conv2D conv(64, 3, Conv2D::Padding::kValid);
+  const Shape in{32, 26, 26, true};
+  const Shape out = conv.Init(in);
+  ASSERT_TRUE(conv.uses_winograd());
+  ExpectAlignmentIndependent(&conv, in, out, 2);
 }
 
 TEST(DenseTest, ResultsDoNotDependOnBufferAlignment) {
