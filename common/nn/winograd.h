@@ -24,8 +24,8 @@ namespace fedlearn::nn {
 //
 // Activations are CNHW (see layer.h) and weights [out, in, 3, 3], as Conv2D's.
 // An odd output height or width gets a last tile whose extra row or column is
-// dropped. Not thread-safe; workspaces are sized by Reserve, for at most 16
-// samples whatever the batch.
+// dropped. Not thread-safe. The workspaces hold the transforms of a few
+// samples, about 1 MB per compute thread, whatever the batch.
 class Winograd3x3 {
  public:
   // `in` and `out` are the convolution's shapes; `pad` is 0 (valid) or 1
@@ -43,12 +43,14 @@ class Winograd3x3 {
 
  private:
   // Samples [first, first + samples) of a batch of `batch`: the transforms
-  // and GEMMs run on at most kMaxChunk samples at a time.
+  // and GEMMs run on ChunkSamples() samples or fewer at a time.
   struct Chunk {
     int batch, first, samples;
     int64_t tiles;  // samples * tiles per sample
   };
-  std::vector<Chunk> Chunks(int batch) const;
+  int ChunkSamples() const;
+  // Splits `batch` into chunks and makes sure the workspaces hold one.
+  std::vector<Chunk> Chunks(int batch);
 
   void TransformFilter(const float* weight);
   void TransformInput(const float* in, const Chunk& chunk);
