@@ -20,7 +20,9 @@
 #
 # Environment: BUILD_DIR (default build-bench), ROUNDS_IID, ROUNDS_SHARDS, TARGET_SHARDS,
 # PARTITIONS (default "iid shards"), INPUT_NORM (both sides' input scaling, as the
-# coordinator's --input_norm; default none: p/255), LEARNING_RATE (both sides').
+# coordinator's --input_norm; default mnist, the coordinator's own default, which
+# standardises with the data set's pixel mean and std; none: p/255), LEARNING_RATE (both
+# sides').
 # Last line: rounds_ratio_iid=<x> rounds_ratio_shards=<x> time_ratio_iid=<x>
 #   rounds ratio: fedlearn's rounds to target over PyTorch's;
 #   time ratio:   PyTorch's training wall time to target over fedlearn's.
@@ -32,7 +34,7 @@ rounds_shards="${ROUNDS_SHARDS:-60}"
 target_shards="${TARGET_SHARDS:-0.95}"
 learning_rate="${LEARNING_RATE:-1.0}"
 partitions="${PARTITIONS:-iid shards}"
-input_norm="${INPUT_NORM:-none}"
+input_norm="${INPUT_NORM:-mnist}"
 python=/usr/bin/python3  # Debian's torch is for Debian's python
 
 tmp=$(mktemp -d)

@@ -3,18 +3,19 @@
 #include <algorithm>
 
 #include "common/nn/eigen_types.h"
+#include "common/nn/threads.h"
 
 namespace fedlearn::nn {
 namespace {
 
 constexpr int kXi = 16;  // element positions of a 4x4 tile
 
-// Workspace (V and M) per pass and compute thread, about one core's L2: the
-// transforms then read what the GEMMs just wrote while it is still in cache.
-// For mnist_cnn's second layer that is one sample per pass and thread (885
-// kB). In alternating runs, 10 agents on 2 cores trained rounds 5-10% faster
-// with one sample per pass than with whole batches of 10, and the workspace
-// no longer grows with the batch (an evaluation batch of 50 would take 44 MB).
+// V and M of one chunk, about one core's L2: the transforms then read what
+// the GEMMs just wrote while it is still in cache. For mnist_cnn's second
+// layer that is one sample per chunk (885 kB). In alternating runs, 10 agents
+// on 2 cores trained rounds 5-10% faster with one sample per chunk than with
+// whole batches of 10, and the workspace no longer grows with the batch (an
+// evaluation batch of 50 would take 44 MB).
 constexpr int64_t kChunkBytes = 1 << 20;
 
 }  // namespace
@@ -27,37 +28,25 @@ void Winograd3x3::Init(const Shape& in, const Shape& out, int pad) {
   tiles_w_ = static_cast<int>((out.w + 1) / 2);
   plane_w_ = 2 * tiles_w_ + 2;
   u_.resize(static_cast<size_t>(kXi) * in.c * out.c);
-  s_.resize(u_.size());
-  // Tiles start every 2 rows and columns and reach 2 beyond: the plane covers
-  // the input and its zero border (pad on the top and left, the rest of the
-  // last tile on the bottom and right).
-  plane_.assign(static_cast<size_t>(2 * tiles_h_ + 2) * plane_w_, 0.0f);
   input_is_plane_ = pad == 0 && in.h == 2 * tiles_h_ + 2 && in.w == plane_w_;
   output_is_exact_ = out.h == 2 * tiles_h_ && out.w == 2 * tiles_w_;
-  rows_.resize(static_cast<size_t>(4) * plane_w_);
-  out_plane_.resize(static_cast<size_t>(4) * tiles_h_ * tiles_w_);
+  workspaces_.clear();
 }
 
 void Winograd3x3::Reserve(int max_batch) {
-  const size_t tiles =
-      static_cast<size_t>(std::min(max_batch, ChunkSamples())) * tiles_h_ *
-      tiles_w_;
-  if (v_.size() < kXi * tiles * in_.c) v_.resize(kXi * tiles * in_.c);
-  if (m_.size() < kXi * tiles * out_.c) m_.resize(kXi * tiles * out_.c);
+  Prepare(max_batch, std::max(1, Eigen::nbThreads()));
 }
 
-int Winograd3x3::ChunkSamples() const {
+std::vector<Winograd3x3::Chunk> Winograd3x3::Prepare(int batch, int threads) {
   const int64_t per_sample = static_cast<int64_t>(sizeof(float)) * kXi *
                              tiles_h_ * tiles_w_ * (in_.c + out_.c);
-  const int64_t budget = kChunkBytes * std::max(1, Eigen::nbThreads());
-  return static_cast<int>(std::clamp<int64_t>(budget / per_sample, 1, 1024));
-}
-
-std::vector<Winograd3x3::Chunk> Winograd3x3::Chunks(int batch) {
-  // Even parts: 10 samples at most 4 at a time run as 4 + 3 + 3, not 4 + 4 + 2.
-  const int most = ChunkSamples();
+  const int by_size =
+      static_cast<int>(std::clamp<int64_t>(kChunkBytes / per_sample, 1, 1024));
+  // At least one chunk per thread when the batch has the samples for it, and
+  // even parts: 10 samples at most 4 at a time run as 4 + 3 + 3, not 4 + 4 + 2.
+  const int most =
+      std::max(1, std::min(by_size, (batch + threads - 1) / threads));
   const int parts = (batch + most - 1) / most;
-  Reserve(std::min(batch, most));
   std::vector<Chunk> chunks;
   for (int i = 0, b0 = 0; i < parts; ++i) {
     const int nb = batch / parts + (i < batch % parts ? 1 : 0);
@@ -65,18 +54,55 @@ std::vector<Winograd3x3::Chunk> Winograd3x3::Chunks(int batch) {
         Chunk{batch, b0, nb, static_cast<int64_t>(nb) * tiles_h_ * tiles_w_});
     b0 += nb;
   }
+  const size_t used = std::min<size_t>(threads, chunks.size());
+  if (workspaces_.size() < used) workspaces_.resize(used);
+  const size_t tiles = static_cast<size_t>(most) * tiles_h_ * tiles_w_;
+  for (size_t t = 0; t < used; ++t) {
+    Workspace& ws = workspaces_[t];
+    if (ws.v.size() < kXi * tiles * in_.c) ws.v.resize(kXi * tiles * in_.c);
+    if (ws.m.size() < kXi * tiles * out_.c) ws.m.resize(kXi * tiles * out_.c);
+    if (ws.plane.empty()) {
+      ws.s.resize(u_.size());
+      // Tiles start every 2 rows and columns and reach 2 beyond: the plane
+      // covers the input and its zero border (pad on the top and left, the
+      // rest of the last tile on the bottom and right).
+      ws.plane.assign(static_cast<size_t>(2 * tiles_h_ + 2) * plane_w_, 0.0f);
+      ws.rows.resize(static_cast<size_t>(4) * plane_w_);
+      ws.out_plane.resize(static_cast<size_t>(4) * tiles_h_ * tiles_w_);
+    }
+  }
   return chunks;
+}
+
+template <typename Fn>
+void Winograd3x3::ForEachChunk(const std::vector<Chunk>& chunks, int threads,
+                               Fn fn) {
+  const int used = static_cast<int>(std::min<size_t>(threads, chunks.size()));
+  if (used <= 1) {
+    for (size_t k = 0; k < chunks.size(); ++k) {
+      fn(chunks[k], workspaces_[0], k == 0);
+    }
+    return;
+  }
+  // Each thread runs its own GEMMs: OpenBLAS must not split them again.
+  SingleThreadedGemm single;
+  threads_.Run(used, [&](int t) {
+    for (size_t k = t; k < chunks.size(); k += used) {
+      fn(chunks[k], workspaces_[t], k == static_cast<size_t>(t));
+    }
+  });
 }
 
 // V = B' d B for every tile and input channel, where
 //   B' = [1 0 -1 0; 0 1 1 0; 0 -1 1 0; 0 1 0 -1].
 // One row of tiles at a time: first B' d down the columns of its four input
-// rows (into rows_), then . B along those rows, tile by tile.
-void Winograd3x3::TransformInput(const float* in, const Chunk& chunk) {
+// rows (into ws.rows), then . B along those rows, tile by tile.
+void Winograd3x3::TransformInput(const float* in, const Chunk& chunk,
+                                 Workspace& ws) {
   const int64_t w = plane_w_;
   const int64_t stride = in_.c * chunk.tiles;  // between element positions
   const int n = tiles_w_;
-  float* t = rows_.data();
+  float* t = ws.rows.data();
   for (int64_t ci = 0; ci < in_.c; ++ci) {
     for (int b = 0; b < chunk.samples; ++b) {
       const float* src =
@@ -86,11 +112,11 @@ void Winograd3x3::TransformInput(const float* in, const Chunk& chunk) {
         // The zero border stays zero: only the input's own area is written.
         for (int64_t y = 0; y < in_.h; ++y) {
           std::copy(src + y * in_.w, src + (y + 1) * in_.w,
-                    plane_.data() + (y + pad_) * w + pad_);
+                    ws.plane.data() + (y + pad_) * w + pad_);
         }
-        padded = plane_.data();
+        padded = ws.plane.data();
       }
-      float* v = v_.data() + ci * chunk.tiles +
+      float* v = ws.v.data() + ci * chunk.tiles +
                  static_cast<int64_t>(b) * tiles_h_ * tiles_w_;
       for (int ty = 0; ty < tiles_h_; ++ty, v += n) {
         const float* d = padded + 2 * ty * w;
@@ -145,16 +171,17 @@ void Winograd3x3::TransformFilter(const float* weight) {
 }
 
 // Y = A' M A per tile, A' = [1 1 1 0; 0 1 -1 -1]. An odd height or width
-// goes through out_plane_ and is cut to size.
-void Winograd3x3::TransformOutput(const Chunk& chunk, float* out) {
+// goes through ws.out_plane and is cut to size.
+void Winograd3x3::TransformOutput(const Chunk& chunk, Workspace& ws,
+                                  float* out) {
   const int64_t stride = out_.c * chunk.tiles;
   const int n = tiles_w_;
   for (int64_t c = 0; c < out_.c; ++c) {
     for (int b = 0; b < chunk.samples; ++b) {
       float* plane =
           out + (c * chunk.batch + chunk.first + b) * out_.h * out_.w;
-      float* y = output_is_exact_ ? plane : out_plane_.data();
-      const float* m = m_.data() + c * chunk.tiles +
+      float* y = output_is_exact_ ? plane : ws.out_plane.data();
+      const float* m = ws.m.data() + c * chunk.tiles +
                        static_cast<int64_t>(b) * tiles_h_ * tiles_w_;
       for (int ty = 0; ty < tiles_h_; ++ty, m += n, y += 4 * n) {
 #pragma omp simd
@@ -175,7 +202,7 @@ void Winograd3x3::TransformOutput(const Chunk& chunk, float* out) {
       }
       if (!output_is_exact_) {
         for (int64_t row = 0; row < out_.h; ++row) {
-          const float* src = out_plane_.data() + row * 2 * n;
+          const float* src = ws.out_plane.data() + row * 2 * n;
           std::copy(src, src + out_.w, plane + row * out_.w);
         }
       }
@@ -185,8 +212,8 @@ void Winograd3x3::TransformOutput(const Chunk& chunk, float* out) {
 
 // Z = A dY A' per tile, the adjoint of TransformOutput, into m_:
 //   A = [1 0; 1 1; 1 -1; 0 -1].
-void Winograd3x3::TransformOutputGradient(const float* dout,
-                                          const Chunk& chunk) {
+void Winograd3x3::TransformOutputGradient(const float* dout, const Chunk& chunk,
+                                          Workspace& ws) {
   const int64_t stride = out_.c * chunk.tiles;
   const int n = tiles_w_;
   for (int64_t c = 0; c < out_.c; ++c) {
@@ -195,14 +222,14 @@ void Winograd3x3::TransformOutputGradient(const float* dout,
           dout + (c * chunk.batch + chunk.first + b) * out_.h * out_.w;
       const float* g = plane;
       if (!output_is_exact_) {  // dY is zero where last tiles have no output
-        std::fill(out_plane_.begin(), out_plane_.end(), 0.0f);
+        std::fill(ws.out_plane.begin(), ws.out_plane.end(), 0.0f);
         for (int64_t row = 0; row < out_.h; ++row) {
           std::copy(plane + row * out_.w, plane + (row + 1) * out_.w,
-                    out_plane_.data() + row * 2 * n);
+                    ws.out_plane.data() + row * 2 * n);
         }
-        g = out_plane_.data();
+        g = ws.out_plane.data();
       }
-      float* z = m_.data() + c * chunk.tiles +
+      float* z = ws.m.data() + c * chunk.tiles +
                  static_cast<int64_t>(b) * tiles_h_ * tiles_w_;
       for (int ty = 0; ty < tiles_h_; ++ty, z += n, g += 4 * n) {
 #pragma omp simd
@@ -225,18 +252,19 @@ void Winograd3x3::TransformOutputGradient(const float* dout,
   }
 }
 
-// din = B P B' per tile, the adjoint of TransformInput, from P in v_. Tiles
+// din = B P B' per tile, the adjoint of TransformInput, from P in ws.v. Tiles
 // overlap, so each input position sums the terms of every tile it is in.
-void Winograd3x3::TransformInputGradient(const Chunk& chunk, float* din) {
+void Winograd3x3::TransformInputGradient(const Chunk& chunk, Workspace& ws,
+                                         float* din) {
   const int64_t w = plane_w_;
   const int64_t stride = in_.c * chunk.tiles;
   const int n = tiles_w_;
   for (int64_t c = 0; c < in_.c; ++c) {
     for (int b = 0; b < chunk.samples; ++b) {
       float* dst = din + (c * chunk.batch + chunk.first + b) * in_.h * in_.w;
-      float* padded = input_is_plane_ ? dst : plane_.data();
-      std::fill(padded, padded + plane_.size(), 0.0f);
-      const float* p = v_.data() + c * chunk.tiles +
+      float* padded = input_is_plane_ ? dst : ws.plane.data();
+      std::fill(padded, padded + ws.plane.size(), 0.0f);
+      const float* p = ws.v.data() + c * chunk.tiles +
                        static_cast<int64_t>(b) * tiles_h_ * tiles_w_;
       for (int ty = 0; ty < tiles_h_; ++ty, p += n) {
         float* d = padded + 2 * ty * w;
@@ -283,76 +311,87 @@ void Winograd3x3::TransformInputGradient(const Chunk& chunk, float* din) {
       // The border is the padding (or the dropped part of a last tile): only
       // the input's own area goes to din.
       for (int64_t y = 0; y < in_.h; ++y) {
-        const float* row = plane_.data() + (y + pad_) * w + pad_;
+        const float* row = ws.plane.data() + (y + pad_) * w + pad_;
         std::copy(row, row + in_.w, dst + y * in_.w);
       }
     }
   }
   // TransformInput's copies assume a zero border; leave it that way.
-  if (!input_is_plane_) std::fill(plane_.begin(), plane_.end(), 0.0f);
+  if (!input_is_plane_) std::fill(ws.plane.begin(), ws.plane.end(), 0.0f);
 }
 
 void Winograd3x3::Forward(const float* in, const float* weight, float* out,
                           int batch) {
   TransformFilter(weight);
-  const std::vector<Chunk> chunks = Chunks(batch);
-  for (const Chunk& chunk : chunks) {
-    TransformInput(in, chunk);
-    // M[xi] (tiles x out) = V[xi] (tiles x in) * U[xi] (in x out).
-    for (int xi = 0; xi < kXi; ++xi) {
-      MatrixMap(m_.data() + xi * out_.c * chunk.tiles, chunk.tiles, out_.c)
-          .noalias() =
-          ConstMatrixMap(v_.data() + xi * in_.c * chunk.tiles, chunk.tiles,
-                         in_.c) *
-          ConstMatrixMap(u_.data() + xi * in_.c * out_.c, in_.c, out_.c);
-    }
-    TransformOutput(chunk, out);
-  }
-  v_holds_input_ = chunks.size() == 1;
+  const int threads = std::max(1, Eigen::nbThreads());
+  const std::vector<Chunk> chunks = Prepare(batch, threads);
+  ForEachChunk(
+      chunks, threads, [&](const Chunk& chunk, Workspace& ws, bool /*first*/) {
+        TransformInput(in, chunk, ws);
+        // M[xi] (tiles x out) = V[xi] (tiles x in) * U[xi] (in x out)
+        for (int xi = 0; xi < kXi; ++xi) {
+          MatrixMap(ws.m.data() + xi * out_.c * chunk.tiles, chunk.tiles,
+                    out_.c)
+              .noalias() =
+              ConstMatrixMap(ws.v.data() + xi * in_.c * chunk.tiles,
+                             chunk.tiles, in_.c) *
+              ConstMatrixMap(u_.data() + xi * in_.c * out_.c, in_.c, out_.c);
+        }
+        TransformOutput(chunk, ws, out);
+      });
 }
 
 void Winograd3x3::Backward(const float* in, const float* dout,
                            float* weight_grad, float* din, int batch) {
-  const std::vector<Chunk> chunks = Chunks(batch);
-  for (size_t k = 0; k < chunks.size(); ++k) {
-    const Chunk& chunk = chunks[k];
-    if (!v_holds_input_) TransformInput(in, chunk);
-    TransformOutputGradient(dout, chunk);
-    // S[xi] (in x out) = sum over tiles of V[xi]' Z[xi]; dW = G' S G below.
+  const int threads = std::max(1, Eigen::nbThreads());
+  const std::vector<Chunk> chunks = Prepare(batch, threads);
+  const auto backward = [&](const Chunk& chunk, Workspace& ws, bool first) {
+    // V again rather than kept from Forward: a chunk's V is overwritten by
+    // the next chunk's, and the transform costs little next to the GEMMs.
+    TransformInput(in, chunk, ws);
+    TransformOutputGradient(dout, chunk, ws);
+    // S[xi] (in x out) = sum over tiles of V[xi]' Z[xi], this thread's share.
     for (int xi = 0; xi < kXi; ++xi) {
-      ConstMatrixMap v(v_.data() + xi * in_.c * chunk.tiles, chunk.tiles,
+      ConstMatrixMap v(ws.v.data() + xi * in_.c * chunk.tiles, chunk.tiles,
                        in_.c);
-      ConstMatrixMap z(m_.data() + xi * out_.c * chunk.tiles, chunk.tiles,
+      ConstMatrixMap z(ws.m.data() + xi * out_.c * chunk.tiles, chunk.tiles,
                        out_.c);
-      MatrixMap s(s_.data() + xi * in_.c * out_.c, in_.c, out_.c);
-      if (k == 0) {
+      MatrixMap s(ws.s.data() + xi * in_.c * out_.c, in_.c, out_.c);
+      if (first) {
         s.noalias() = v.transpose() * z;
       } else {
         s.noalias() += v.transpose() * z;
       }
     }
-    if (din == nullptr) continue;
-    // P[xi] (tiles x in) = Z[xi] U[xi]' with Forward's U, into v_: V is
+    if (din == nullptr) return;
+    // P[xi] (tiles x in) = Z[xi] U[xi]' with Forward's U, into ws.v: V is
     // needed no more.
     for (int xi = 0; xi < kXi; ++xi) {
-      MatrixMap(v_.data() + xi * in_.c * chunk.tiles, chunk.tiles, in_.c)
+      MatrixMap(ws.v.data() + xi * in_.c * chunk.tiles, chunk.tiles, in_.c)
           .noalias() =
-          ConstMatrixMap(m_.data() + xi * out_.c * chunk.tiles, chunk.tiles,
+          ConstMatrixMap(ws.m.data() + xi * out_.c * chunk.tiles, chunk.tiles,
                          out_.c) *
           ConstMatrixMap(u_.data() + xi * in_.c * out_.c, in_.c, out_.c)
               .transpose();
     }
-    v_holds_input_ = false;
-    TransformInputGradient(chunk, din);
+    TransformInputGradient(chunk, ws, din);
+  };
+  ForEachChunk(chunks, threads, backward);
+  // The threads' shares, summed in thread order.
+  std::vector<float>& s = workspaces_[0].s;
+  const size_t used = std::min<size_t>(threads, chunks.size());
+  for (size_t t = 1; t < used; ++t) {
+    const std::vector<float>& share = workspaces_[t].s;
+    for (size_t i = 0; i < s.size(); ++i) s[i] += share[i];
   }
   // dW = G' S G, G' = [1 1/2 1/2 0; 0 1/2 -1/2 0; 0 1/2 1/2 1].
   const int64_t pairs = in_.c * out_.c;
   for (int64_t p = 0; p < pairs; ++p) {
     float t[3][4];  // G' S
     for (int j = 0; j < 4; ++j) {
-      const float* s = s_.data() + j * pairs + p;
-      const float s0 = s[0], s1 = s[4 * pairs];
-      const float s2 = s[8 * pairs], s3 = s[12 * pairs];
+      const float* sj = s.data() + j * pairs + p;
+      const float s0 = sj[0], s1 = sj[4 * pairs];
+      const float s2 = sj[8 * pairs], s3 = sj[12 * pairs];
       t[0][j] = s0 + 0.5f * (s1 + s2);
       t[1][j] = 0.5f * (s1 - s2);
       t[2][j] = 0.5f * (s1 + s2) + s3;

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "common/nn/layer.h"
+#include "common/nn/threads.h"
 
 namespace fedlearn::nn {
 
@@ -24,8 +25,14 @@ namespace fedlearn::nn {
 //
 // Activations are CNHW (see layer.h) and weights [out, in, 3, 3], as Conv2D's.
 // An odd output height or width gets a last tile whose extra row or column is
-// dropped. Not thread-safe. The workspaces hold the transforms of a few
-// samples, about 1 MB per compute thread, whatever the batch.
+// dropped.
+//
+// The batch runs in chunks of a few samples, whose transforms take about 1 MB
+// (one core's L2), whatever the batch. With several compute threads
+// (SetComputeThreads) the chunks are shared out between them, each with its
+// own workspace and single-threaded GEMMs; dW is summed over the threads in a
+// fixed order, so a given thread count gives the same result every time. An
+// instance is not thread-safe itself.
 class Winograd3x3 {
  public:
   // `in` and `out` are the convolution's shapes; `pad` is 0 (valid) or 1
@@ -36,27 +43,39 @@ class Winograd3x3 {
   // out = conv(in, weight), without bias.
   void Forward(const float* in, const float* weight, float* out, int batch);
   // weight_grad = dL/dW and, unless it is null, din = dL/dX, for `in` and the
-  // weights of the last Forward. A batch that fitted in one chunk keeps V from
-  // Forward; dX reuses its buffer, so a second Backward transforms `in` again.
+  // weights of the last Forward.
   void Backward(const float* in, const float* dout, float* weight_grad,
                 float* din, int batch);
 
  private:
-  // Samples [first, first + samples) of a batch of `batch`: the transforms
-  // and GEMMs run on ChunkSamples() samples or fewer at a time.
+  // Samples [first, first + samples) of a batch of `batch`.
   struct Chunk {
     int batch, first, samples;
     int64_t tiles;  // samples * tiles per sample
   };
-  int ChunkSamples() const;
-  // Splits `batch` into chunks and makes sure the workspaces hold one.
-  std::vector<Chunk> Chunks(int batch);
+  // One compute thread's buffers.
+  struct Workspace {
+    std::vector<float> v;  // [16][in][tiles]: B' d B, then dX's P = Z U'
+    std::vector<float> m;  // [16][out][tiles]: forward products, then A dY A'
+    std::vector<float> s;  // [16][out][in]: this thread's share of dW's S
+    std::vector<float> plane;      // one zero-bordered input plane
+    std::vector<float> rows;       // B' d for a row of tiles: 4 rows of plane
+    std::vector<float> out_plane;  // an output plane rounded up to whole tiles
+  };
+  // Splits `batch` into chunks for `threads` threads and sizes their
+  // workspaces.
+  std::vector<Chunk> Prepare(int batch, int threads);
+  // Runs fn(chunk, workspace) for every chunk, on `threads` threads: thread t
+  // takes chunks t, t + threads, ...
+  template <typename Fn>
+  void ForEachChunk(const std::vector<Chunk>& chunks, int threads, Fn fn);
 
   void TransformFilter(const float* weight);
-  void TransformInput(const float* in, const Chunk& chunk);
-  void TransformOutput(const Chunk& chunk, float* out);
-  void TransformOutputGradient(const float* dout, const Chunk& chunk);
-  void TransformInputGradient(const Chunk& chunk, float* din);
+  void TransformInput(const float* in, const Chunk& chunk, Workspace& ws);
+  void TransformOutput(const Chunk& chunk, Workspace& ws, float* out);
+  void TransformOutputGradient(const float* dout, const Chunk& chunk,
+                               Workspace& ws);
+  void TransformInputGradient(const Chunk& chunk, Workspace& ws, float* din);
 
   Shape in_, out_;
   int pad_ = 0;
@@ -65,15 +84,10 @@ class Winograd3x3 {
   // A valid convolution with an even output size has tiles that cover its
   // input exactly: its planes are then read and written in place.
   bool input_is_plane_ = false;
-  bool output_is_exact_ = false;  // even output height and width
-  bool v_holds_input_ = false;    // v_ is B' d B of the last Forward's input
-  std::vector<float> v_;  // [16][in][tiles]: B' d B; dX's per-tile terms later
-  std::vector<float> m_;  // [16][out][tiles]: forward products, then A dY A'
-  std::vector<float> u_;  // [16][out][in]: G g G'
-  std::vector<float> s_;  // [16][out][in]: dW before G' . G
-  std::vector<float> plane_;      // one zero-bordered input plane
-  std::vector<float> rows_;       // B' d for one row of tiles: 4 rows of plane_
-  std::vector<float> out_plane_;  // one output plane rounded up to whole tiles
+  bool output_is_exact_ = false;       // even output height and width
+  std::vector<float> u_;               // [16][out][in]: G g G'
+  std::vector<Workspace> workspaces_;  // one per thread
+  ThreadGroup threads_;
 };
 
 }  // namespace fedlearn::nn

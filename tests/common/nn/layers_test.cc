@@ -363,11 +363,13 @@ TEST(Conv2DTest, ThreeByThreeKernelsOverSeveralChannelsRunAsWinograd) {
 
 // mnist_cnn's second layer at full size (32 -> 64 channels, 26x26 -> 24x24),
 // forward and backward, against the direct sums in double: 288 products per
-// output, 1,728 per weight gradient. On one compute thread Winograd runs one
-// sample per pass, so the three samples take three passes and dW is summed
-// over them.
-TEST(Conv2DTest, WinogradMatchesDirectConvolutionAtMnistSize) {
-  SetComputeThreads(1);
+// output, 1,728 per weight gradient. Winograd runs one sample of this layer
+// at a time: the three samples take three chunks, and dW is summed over
+// them, on one thread, and on two sharing the chunks out.
+class WinogradAtMnistSizeTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(WinogradAtMnistSizeTest, MatchesDirectConvolution) {
+  SetComputeThreads(GetParam());
   std::mt19937 rng(5);
   Conv2D conv(64, 3, Conv2D::Padding::kValid);
   const Shape in{32, 26, 26, true};
@@ -421,6 +423,9 @@ TEST(Conv2DTest, WinogradMatchesDirectConvolutionAtMnistSize) {
   EXPECT_LT(worst(p.grads[0], want_dw), 3e-6) << "dL/dW";
   EXPECT_LT(worst(dx, want_dx), 3e-6) << "dL/d(in)";
 }
+
+INSTANTIATE_TEST_SUITE_P(Threads, WinogradAtMnistSizeTest,
+                         ::testing::Values(1, 2));
 
 struct ConvCase {
   int in_c, out_c, kernel;
