@@ -213,7 +213,9 @@ def other(path):
 
 print()
 print(f"FLOPs: {TRAIN_MFLOP:.0f} MFLOP per training sample, {INFER_MFLOP:.0f} per inference "
-      f"sample; peak {peak_per_thread:.0f} GFLOP/s per thread")
+      f"sample, counted as direct convolutions (fedlearn's Winograd convolutions do fewer "
+      f"multiplications, so its GFLOP/s is an effective rate); peak {peak_per_thread:.0f} "
+      f"GFLOP/s per thread")
 header = (f"{'config':<18}{'fedlearn/s':>11}{'PyTorch/s':>11}{'ratio':>7}"
           f"{'fedlearn GFLOP/s':>18}{'% peak':>8}{'PyTorch % peak':>16}{'other load f/p':>16}")
 print(header)

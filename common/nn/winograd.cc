@@ -271,7 +271,8 @@ void Winograd3x3::TransformInputGradient(const Chunk& chunk, Workspace& ws,
         // Neighbouring tiles share two columns: columns 0 and 1 of every tile
         // are added in one pass, columns 2 and 3 in another, so that no pass
         // writes a column twice. e = two columns of P B' (B' as above); B e
-        // goes into the tile's four rows.
+        // goes into the tile's four rows. Both passes spell out their loads:
+        // with a shared helper for them GCC 12 no longer vectorises the loops.
         const auto add_rows = [&](int64_t x, const float(&e)[4]) {
           d[x] += e[0];
           d[w + x] += e[1] - e[2] + e[3];
