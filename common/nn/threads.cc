@@ -10,25 +10,41 @@ extern "C" void openblas_set_num_threads(int num_threads);
 
 namespace fedlearn::nn {
 
-void SetComputeThreads(int threads) {
-  if (threads < 1) threads = 1;
+namespace {
+
+// Agents in one process share the products' thread counts. SingleThreadedGemm
+// scopes may overlap (one per agent inside a Winograd layer): the first one in
+// drops the counts to 1 and the last one out restores SetComputeThreads'.
+std::mutex gemm_mu;
+int single_scopes = 0;     // guarded by gemm_mu
+int compute_threads = -1;  // SetComputeThreads' count; -1: never called
+
+void SetProductThreads(int threads) {
   Eigen::setNbThreads(threads);
 #ifdef FEDLEARN_HAVE_OPENBLAS
   openblas_set_num_threads(threads);
 #endif
 }
 
+}  // namespace
+
+void SetComputeThreads(int threads) {
+  if (threads < 1) threads = 1;
+  std::lock_guard<std::mutex> lock(gemm_mu);
+  compute_threads = threads;
+  if (single_scopes == 0) SetProductThreads(threads);
+}
+
 SingleThreadedGemm::SingleThreadedGemm() : threads_(Eigen::nbThreads()) {
-  // Eigen's own products already stay on one thread inside an OpenMP region.
-#ifdef FEDLEARN_HAVE_OPENBLAS
-  if (threads_ > 1) openblas_set_num_threads(1);
-#endif
+  std::lock_guard<std::mutex> lock(gemm_mu);
+  if (single_scopes++ == 0) SetProductThreads(1);
 }
 
 SingleThreadedGemm::~SingleThreadedGemm() {
-#ifdef FEDLEARN_HAVE_OPENBLAS
-  if (threads_ > 1) openblas_set_num_threads(threads_);
-#endif
+  std::lock_guard<std::mutex> lock(gemm_mu);
+  if (--single_scopes == 0) {
+    SetProductThreads(compute_threads > 0 ? compute_threads : threads_);
+  }
 }
 
 ThreadGroup::~ThreadGroup() {

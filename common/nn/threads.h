@@ -17,8 +17,10 @@ void SetComputeThreads(int threads);
 
 // While alive, matrix products run on the thread that calls them, for code
 // that shares work out over its own threads and multiplies in each of them
-// (OpenBLAS would otherwise start its own threads inside every product).
-// Restores the SetComputeThreads count when it goes.
+// (OpenBLAS, or Eigen's OpenMP, would otherwise start threads inside every
+// product). Process-wide like SetComputeThreads: while any scope is alive,
+// every product in the process runs on one thread; the last scope to go
+// restores the SetComputeThreads count.
 class SingleThreadedGemm {
  public:
   SingleThreadedGemm();
@@ -27,7 +29,7 @@ class SingleThreadedGemm {
   SingleThreadedGemm& operator=(const SingleThreadedGemm&) = delete;
 
  private:
-  int threads_;
+  int threads_;  // restored if SetComputeThreads was never called
 };
 
 // Helper threads that sleep until Run hands them work. Blocking, not spinning,

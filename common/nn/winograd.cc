@@ -38,14 +38,15 @@ void Winograd3x3::Reserve(int max_batch) {
 }
 
 std::vector<Winograd3x3::Chunk> Winograd3x3::Prepare(int batch, int threads) {
-  const int64_t per_sample = static_cast<int64_t>(sizeof(float)) * kXi *
-                             tiles_h_ * tiles_w_ * (in_.c + out_.c);
+  const int64_t per_sample =
+      std::max<int64_t>(1, static_cast<int64_t>(sizeof(float)) * kXi *
+                               tiles_h_ * tiles_w_ * (in_.c + out_.c));
   const int by_size =
       static_cast<int>(std::clamp<int64_t>(kChunkBytes / per_sample, 1, 1024));
-  // At least one chunk per thread when the batch has the samples for it, and
-  // even parts: 10 samples at most 4 at a time run as 4 + 3 + 3, not 4 + 4 + 2.
-  const int most =
-      std::max(1, std::min(by_size, (batch + threads - 1) / threads));
+  // At least one chunk per thread when the batch has the samples for it
+  // (batch / threads rounded down), and even parts: 10 samples at most 4 at a
+  // time run as 4 + 3 + 3, not 4 + 4 + 2.
+  const int most = std::max(1, std::min(by_size, batch / threads));
   const int parts = (batch + most - 1) / most;
   std::vector<Chunk> chunks;
   for (int i = 0, b0 = 0; i < parts; ++i) {
@@ -210,7 +211,7 @@ void Winograd3x3::TransformOutput(const Chunk& chunk, Workspace& ws,
   }
 }
 
-// Z = A dY A' per tile, the adjoint of TransformOutput, into m_:
+// Z = A dY A' per tile, the adjoint of TransformOutput, into ws.m:
 //   A = [1 0; 1 1; 1 -1; 0 -1].
 void Winograd3x3::TransformOutputGradient(const float* dout, const Chunk& chunk,
                                           Workspace& ws) {
@@ -344,6 +345,10 @@ void Winograd3x3::Forward(const float* in, const float* weight, float* out,
 
 void Winograd3x3::Backward(const float* in, const float* dout,
                            float* weight_grad, float* din, int batch) {
+  if (batch <= 0) {  // nothing to sum: dW = 0, and din has no samples
+    std::fill(weight_grad, weight_grad + 9 * in_.c * out_.c, 0.0f);
+    return;
+  }
   const int threads = std::max(1, Eigen::nbThreads());
   const std::vector<Chunk> chunks = Prepare(batch, threads);
   const auto backward = [&](const Chunk& chunk, Workspace& ws, bool first) {

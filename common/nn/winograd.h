@@ -66,7 +66,7 @@ class Winograd3x3 {
   // workspaces.
   std::vector<Chunk> Prepare(int batch, int threads);
   // Runs fn(chunk, workspace) for every chunk, on `threads` threads: thread t
-  // takes chunks t, t + threads, ...
+  // takes chunks t, t + n, ... where n = min(threads, chunks).
   template <typename Fn>
   void ForEachChunk(const std::vector<Chunk>& chunks, int threads, Fn fn);
 

@@ -7,6 +7,7 @@
 // the step is divided by the difference of the perturbed floats actually used,
 // so the rounding of x +- h does not count as error.
 
+#include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -369,14 +370,16 @@ TEST(Conv2DTest, ThreeByThreeKernelsOverSeveralChannelsRunAsWinograd) {
 class WinogradAtMnistSizeTest : public ::testing::TestWithParam<int> {};
 
 TEST_P(WinogradAtMnistSizeTest, MatchesDirectConvolution) {
+  const int threads_before = Eigen::nbThreads();
   SetComputeThreads(GetParam());
+  ASSERT_EQ(Eigen::nbThreads(), GetParam());
   std::mt19937 rng(5);
   Conv2D conv(64, 3, Conv2D::Padding::kValid);
   const Shape in{32, 26, 26, true};
   const Shape out = conv.Init(in);
   ASSERT_TRUE(conv.uses_winograd());
   const int batch = 3;
-  conv.Reserve(batch);
+  conv.Reserve(1);  // less than the batch: the workspaces grow on demand
   Parameters p = BindRandomParameters(&conv, 0.1f, &rng);
   const std::vector<float> x = Uniform(batch * in.size(), 0, 1, &rng);
   const std::vector<float> dy = Uniform(batch * out.size(), -1, 1, &rng);
@@ -422,6 +425,7 @@ TEST_P(WinogradAtMnistSizeTest, MatchesDirectConvolution) {
   EXPECT_LT(worst(y, want_y), 3e-6) << "output";
   EXPECT_LT(worst(p.grads[0], want_dw), 3e-6) << "dL/dW";
   EXPECT_LT(worst(dx, want_dx), 3e-6) << "dL/d(in)";
+  SetComputeThreads(threads_before);
 }
 
 INSTANTIATE_TEST_SUITE_P(Threads, WinogradAtMnistSizeTest,
@@ -508,6 +512,7 @@ INSTANTIATE_TEST_SUITE_P(
                       ConvCase{4, 3, 3, Conv2D::Padding::kValid, 2, 6, 8},
                       ConvCase{5, 2, 3, Conv2D::Padding::kValid, 3, 7, 6},
                       ConvCase{6, 4, 3, Conv2D::Padding::kSame, 2, 5, 7},
+                      ConvCase{4, 3, 3, Conv2D::Padding::kSame, 2, 6, 8},
                       ConvCase{4, 3, 3, Conv2D::Padding::kSame, 1, 3, 3}),
     [](const ::testing::TestParamInfo<ConvCase>& info) {
       const ConvCase& c = info.param;

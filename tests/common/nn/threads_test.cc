@@ -1,7 +1,9 @@
 #include "common/nn/threads.h"
 
+#include <Eigen/Core>
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <set>
 #include <thread>
 #include <vector>
@@ -39,6 +41,28 @@ TEST(ThreadGroupTest, BackToBackRunsAllComplete) {
     group.Run(2 + r % 2, [&](int) { total.fetch_add(1); });
   }
   EXPECT_EQ(total.load(), 1000 * 2 + 1000 * 3);
+}
+
+// Agents in one process may hold overlapping scopes: products stay on one
+// thread until the last scope goes, and a SetComputeThreads made meanwhile
+// takes effect then.
+TEST(SingleThreadedGemmTest, OverlappingScopesRestoreTheCountOnceAllAreGone) {
+  const int before = Eigen::nbThreads();
+  SetComputeThreads(2);
+  {
+    auto outer = std::make_unique<SingleThreadedGemm>();
+    EXPECT_EQ(Eigen::nbThreads(), 1);
+    {
+      SingleThreadedGemm inner;
+      EXPECT_EQ(Eigen::nbThreads(), 1);
+    }
+    EXPECT_EQ(Eigen::nbThreads(), 1) << "an outer scope is still alive";
+    SetComputeThreads(3);
+    EXPECT_EQ(Eigen::nbThreads(), 1) << "deferred until the scope goes";
+    outer.reset();
+    EXPECT_EQ(Eigen::nbThreads(), 3);
+  }
+  SetComputeThreads(before);
 }
 
 }  // namespace
