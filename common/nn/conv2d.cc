@@ -4,22 +4,31 @@
 #include <cstring>
 
 #include "common/nn/eigen_types.h"
+#include "common/nn/winograd.h"
 
 namespace fedlearn::nn {
+
+Conv2D::Conv2D(int out_channels, int kernel, Padding padding)
+    : out_channels_(out_channels), kernel_(kernel), padding_(padding) {}
+
+Conv2D::~Conv2D() = default;
 
 Shape Conv2D::Init(const Shape& input) {
   in_ = input;
   pad_ = padding_ == Padding::kSame ? (kernel_ - 1) / 2 : 0;
   out_ = Shape{out_channels_, input.h + 2 * pad_ - kernel_ + 1,
                input.w + 2 * pad_ - kernel_ + 1, /*spatial=*/true};
-  winograd_ = kernel_ == 3 && in_.c >= kWinogradMinChannels;
-  if (winograd_) winograd3x3_.Init(in_, out_, pad_);
+  winograd_.reset();
+  if (kernel_ == 3 && in_.c >= kWinogradMinChannels) {
+    winograd_ = std::make_unique<Winograd3x3>();
+    winograd_->Init(in_, out_, pad_);
+  }
   return out_;
 }
 
 void Conv2D::Reserve(int max_batch) {
   if (winograd_) {
-    winograd3x3_.Reserve(max_batch);
+    winograd_->Reserve(max_batch);
     return;
   }
   const size_t size = static_cast<size_t>(max_batch) * out_.h * out_.w * in_.c *
@@ -106,7 +115,7 @@ void Conv2D::Forward(const float* in, float* out, int batch,
   const int64_t k = in_.c * kernel_ * kernel_;
   MatrixMap y(out, m, out_channels_);
   if (winograd_) {
-    winograd3x3_.Forward(in, weight_, out, batch);
+    winograd_->Forward(in, weight_, out, batch);
   } else {
     Im2Col(in, batch);
     ConstMatrixMap patches(patches_.data(), m, k);
@@ -122,7 +131,7 @@ void Conv2D::Backward(const float* in, const float* /*out*/, const float* dout,
   const int64_t m = batch * out_.h * out_.w;
   const int64_t k = in_.c * kernel_ * kernel_;
   if (winograd_) {
-    winograd3x3_.Backward(in, dout, weight_grad_, din, batch);
+    winograd_->Backward(in, dout, weight_grad_, din, batch);
   } else {
     ConstMatrixMap patches(patches_.data(), m, k);
     ConstMatrixMap dy(dout, m, out_channels_);
@@ -147,7 +156,7 @@ void Conv2D::Backward(const float* in, const float* /*out*/, const float* dout,
     for (; i < m; ++i) sum += column[i];
     bias_grad_[o] = sum;
   }
-  if (din == nullptr || winograd_) return;
+  if (din == nullptr || winograd_ != nullptr) return;
   // dX one sample at a time: that sample's patch gradients (h_out*w_out x K)
   // are scattered while they are still in cache, instead of writing all
   // batch*h_out*w_out x K of them out to memory and reading them back.

@@ -1,12 +1,14 @@
 #ifndef FEDLEARN_COMMON_NN_CONV2D_H_
 #define FEDLEARN_COMMON_NN_CONV2D_H_
 
+#include <memory>
 #include <vector>
 
 #include "common/nn/layer.h"
-#include "common/nn/winograd.h"
 
 namespace fedlearn::nn {
+
+class Winograd3x3;
 
 // 2-D convolution, stride 1, square kernel, 'valid' or 'same' zero padding.
 // Spatial in, spatial out. Weights [out, in, k, k] (PyTorch's layout), bias
@@ -24,8 +26,8 @@ class Conv2D final : public Layer {
   // Below this many input channels the Winograd GEMMs are too thin to beat
   // the patch GEMM (a first layer on one grey channel).
   static constexpr int kWinogradMinChannels = 4;
-  Conv2D(int out_channels, int kernel, Padding padding)
-      : out_channels_(out_channels), kernel_(kernel), padding_(padding) {}
+  Conv2D(int out_channels, int kernel, Padding padding);
+  ~Conv2D() override;
 
   Shape Init(const Shape& input) override;
   void Reserve(int max_batch) override;
@@ -38,7 +40,7 @@ class Conv2D final : public Layer {
   }
   void Bind(int i, float* values, float* grads) override;
   std::string name() const override { return "conv2d"; }
-  bool uses_winograd() const { return winograd_; }
+  bool uses_winograd() const { return winograd_ != nullptr; }
 
  private:
   void Im2Col(const float* in, int batch);
@@ -51,8 +53,7 @@ class Conv2D final : public Layer {
   const Padding padding_;
   Shape in_, out_;
   int pad_ = 0;
-  bool winograd_ = false;
-  Winograd3x3 winograd3x3_;
+  std::unique_ptr<Winograd3x3> winograd_;  // null: im2col
   float* weight_ = nullptr;
   float* weight_grad_ = nullptr;
   float* bias_ = nullptr;
