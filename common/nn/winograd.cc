@@ -18,6 +18,13 @@ constexpr int kXi = 16;  // element positions of a 4x4 tile
 // evaluation batch of 50 would take 44 MB).
 constexpr int64_t kChunkBytes = 1 << 20;
 
+// Element position xi of a [16][cols][rows] buffer (V, M, Z, P: rows are
+// tiles; U, S: rows are input channels), as a rows x cols matrix.
+MatrixMap AtPosition(std::vector<float>& buffer, int xi, int64_t rows,
+                     int64_t cols) {
+  return MatrixMap(buffer.data() + xi * rows * cols, rows, cols);
+}
+
 }  // namespace
 
 void Winograd3x3::Init(const Shape& in, const Shape& out, int pad) {
@@ -51,18 +58,17 @@ std::vector<Winograd3x3::Chunk> Winograd3x3::Prepare(int batch, int threads) {
   std::vector<Chunk> chunks;
   for (int i = 0, b0 = 0; i < parts; ++i) {
     const int nb = batch / parts + (i < batch % parts ? 1 : 0);
-    chunks.push_back(
-        Chunk{batch, b0, nb, static_cast<int64_t>(nb) * tiles_h_ * tiles_w_});
+    chunks.push_back(Chunk{batch, b0, nb, TilesOf(nb)});
     b0 += nb;
   }
   const size_t used = std::min<size_t>(threads, chunks.size());
   if (workspaces_.size() < used) workspaces_.resize(used);
-  const size_t tiles = static_cast<size_t>(most) * tiles_h_ * tiles_w_;
+  const size_t tiles = TilesOf(most);
   for (size_t t = 0; t < used; ++t) {
     Workspace& ws = workspaces_[t];
     if (ws.v.size() < kXi * tiles * in_.c) ws.v.resize(kXi * tiles * in_.c);
     if (ws.m.size() < kXi * tiles * out_.c) ws.m.resize(kXi * tiles * out_.c);
-    if (ws.plane.empty()) {
+    if (ws.plane.empty()) {  // a workspace's first use
       ws.s.resize(u_.size());
       // Tiles start every 2 rows and columns and reach 2 beyond: the plane
       // covers the input and its zero border (pad on the top and left, the
@@ -117,8 +123,7 @@ void Winograd3x3::TransformInput(const float* in, const Chunk& chunk,
         }
         padded = ws.plane.data();
       }
-      float* v = ws.v.data() + ci * chunk.tiles +
-                 static_cast<int64_t>(b) * tiles_h_ * tiles_w_;
+      float* v = ws.v.data() + ci * chunk.tiles + TilesOf(b);
       for (int ty = 0; ty < tiles_h_; ++ty, v += n) {
         const float* d = padded + 2 * ty * w;
 #pragma omp simd
@@ -182,8 +187,7 @@ void Winograd3x3::TransformOutput(const Chunk& chunk, Workspace& ws,
       float* plane =
           out + (c * chunk.batch + chunk.first + b) * out_.h * out_.w;
       float* y = output_is_exact_ ? plane : ws.out_plane.data();
-      const float* m = ws.m.data() + c * chunk.tiles +
-                       static_cast<int64_t>(b) * tiles_h_ * tiles_w_;
+      const float* m = ws.m.data() + c * chunk.tiles + TilesOf(b);
       for (int ty = 0; ty < tiles_h_; ++ty, m += n, y += 4 * n) {
 #pragma omp simd
         for (int tx = 0; tx < n; ++tx) {
@@ -230,8 +234,7 @@ void Winograd3x3::TransformOutputGradient(const float* dout, const Chunk& chunk,
         }
         g = ws.out_plane.data();
       }
-      float* z = ws.m.data() + c * chunk.tiles +
-                 static_cast<int64_t>(b) * tiles_h_ * tiles_w_;
+      float* z = ws.m.data() + c * chunk.tiles + TilesOf(b);
       for (int ty = 0; ty < tiles_h_; ++ty, z += n, g += 4 * n) {
 #pragma omp simd
         for (int tx = 0; tx < n; ++tx) {
@@ -265,8 +268,7 @@ void Winograd3x3::TransformInputGradient(const Chunk& chunk, Workspace& ws,
       float* dst = din + (c * chunk.batch + chunk.first + b) * in_.h * in_.w;
       float* padded = input_is_plane_ ? dst : ws.plane.data();
       std::fill(padded, padded + ws.plane.size(), 0.0f);
-      const float* p = ws.v.data() + c * chunk.tiles +
-                       static_cast<int64_t>(b) * tiles_h_ * tiles_w_;
+      const float* p = ws.v.data() + c * chunk.tiles + TilesOf(b);
       for (int ty = 0; ty < tiles_h_; ++ty, p += n) {
         float* d = padded + 2 * ty * w;
         // Neighbouring tiles share two columns: columns 0 and 1 of every tile
@@ -327,20 +329,17 @@ void Winograd3x3::Forward(const float* in, const float* weight, float* out,
   TransformFilter(weight);
   const int threads = std::max(1, Eigen::nbThreads());
   const std::vector<Chunk> chunks = Prepare(batch, threads);
-  ForEachChunk(
-      chunks, threads, [&](const Chunk& chunk, Workspace& ws, bool /*first*/) {
-        TransformInput(in, chunk, ws);
-        // M[xi] (tiles x out) = V[xi] (tiles x in) * U[xi] (in x out)
-        for (int xi = 0; xi < kXi; ++xi) {
-          MatrixMap(ws.m.data() + xi * out_.c * chunk.tiles, chunk.tiles,
-                    out_.c)
-              .noalias() =
-              ConstMatrixMap(ws.v.data() + xi * in_.c * chunk.tiles,
-                             chunk.tiles, in_.c) *
-              ConstMatrixMap(u_.data() + xi * in_.c * out_.c, in_.c, out_.c);
-        }
-        TransformOutput(chunk, ws, out);
-      });
+  ForEachChunk(chunks, threads,
+               [&](const Chunk& chunk, Workspace& ws, bool /*first*/) {
+                 TransformInput(in, chunk, ws);
+                 // M[xi] (tiles x out) = V[xi] (tiles x in) * U[xi] (in x out)
+                 for (int xi = 0; xi < kXi; ++xi) {
+                   AtPosition(ws.m, xi, chunk.tiles, out_.c).noalias() =
+                       AtPosition(ws.v, xi, chunk.tiles, in_.c) *
+                       AtPosition(u_, xi, in_.c, out_.c);
+                 }
+                 TransformOutput(chunk, ws, out);
+               });
 }
 
 void Winograd3x3::Backward(const float* in, const float* dout,
@@ -358,11 +357,9 @@ void Winograd3x3::Backward(const float* in, const float* dout,
     TransformOutputGradient(dout, chunk, ws);
     // S[xi] (in x out) = sum over tiles of V[xi]' Z[xi], this thread's share.
     for (int xi = 0; xi < kXi; ++xi) {
-      ConstMatrixMap v(ws.v.data() + xi * in_.c * chunk.tiles, chunk.tiles,
-                       in_.c);
-      ConstMatrixMap z(ws.m.data() + xi * out_.c * chunk.tiles, chunk.tiles,
-                       out_.c);
-      MatrixMap s(ws.s.data() + xi * in_.c * out_.c, in_.c, out_.c);
+      MatrixMap s = AtPosition(ws.s, xi, in_.c, out_.c);
+      MatrixMap v = AtPosition(ws.v, xi, chunk.tiles, in_.c);
+      MatrixMap z = AtPosition(ws.m, xi, chunk.tiles, out_.c);
       if (first) {
         s.noalias() = v.transpose() * z;
       } else {
@@ -373,12 +370,9 @@ void Winograd3x3::Backward(const float* in, const float* dout,
     // P[xi] (tiles x in) = Z[xi] U[xi]' with Forward's U, into ws.v: V is
     // needed no more.
     for (int xi = 0; xi < kXi; ++xi) {
-      MatrixMap(ws.v.data() + xi * in_.c * chunk.tiles, chunk.tiles, in_.c)
-          .noalias() =
-          ConstMatrixMap(ws.m.data() + xi * out_.c * chunk.tiles, chunk.tiles,
-                         out_.c) *
-          ConstMatrixMap(u_.data() + xi * in_.c * out_.c, in_.c, out_.c)
-              .transpose();
+      AtPosition(ws.v, xi, chunk.tiles, in_.c).noalias() =
+          AtPosition(ws.m, xi, chunk.tiles, out_.c) *
+          AtPosition(u_, xi, in_.c, out_.c).transpose();
     }
     TransformInputGradient(chunk, ws, din);
   };

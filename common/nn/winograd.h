@@ -65,6 +65,9 @@ class Winograd3x3 {
   // Splits `batch` into chunks for `threads` threads and sizes their
   // workspaces.
   std::vector<Chunk> Prepare(int batch, int threads);
+  int64_t TilesOf(int samples) const {
+    return static_cast<int64_t>(samples) * tiles_h_ * tiles_w_;
+  }
   // Runs fn(chunk, workspace) for every chunk, on `threads` threads: thread t
   // takes chunks t, t + n, ... where n = min(threads, chunks).
   template <typename Fn>
