@@ -58,7 +58,7 @@
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
 #include "server/coordinator_server.h"
-#include "server/round_manager.h"
+#include "server/run_controller.h"
 
 ABSL_FLAG(std::string, data_dir, "data/mnist",
           "IDX directory (train-*/t10k-* files, raw or .gz)");
@@ -165,10 +165,10 @@ absl::Status Run() {
   options.client_timeout = absl::Minutes(5);  // 10 training agents, 2 cores
   FEDLEARN_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorServer> server,
                             CoordinatorServer::Start(options, "127.0.0.1:0"));
-  RoundManager& rounds = server->rounds();
+  RunController& controller = server->controller();
   if (const std::string out = absl::GetFlag(FLAGS_initial_out); !out.empty()) {
     FEDLEARN_RETURN_IF_ERROR(
-        WriteSafetensors(out, rounds.spec(), *rounds.global_weights()));
+        WriteSafetensors(out, controller.spec(), *controller.global_weights()));
   }
 
   // The judge: a trainer of its own that only evaluates (its train split is a
@@ -226,7 +226,7 @@ absl::Status Run() {
       max_rounds, target);
   {
     FEDLEARN_ASSIGN_OR_RETURN(EvalMetrics initial,
-                              judge->Evaluate(*rounds.global_weights()));
+                              judge->Evaluate(*controller.global_weights()));
     std::printf(
         "{\"side\":\"fedlearn\",\"round\":0,\"test_accuracy\":%.4f,"
         "\"test_loss\":%.4f,\"seconds_since_start\":0}\n",
@@ -308,7 +308,7 @@ absl::Status Run() {
   for (size_t n = 1;; ++n) {
     const absl::Time deadline = absl::Now() + absl::Minutes(15);
     bool recorded = false;
-    while (!(recorded = rounds.AwaitHistory(n, absl::Seconds(1)))) {
+    while (!(recorded = controller.AwaitHistory(n, absl::Seconds(1)))) {
       absl::MutexLock lock(&mu);
       if (reached || absl::Now() > deadline) break;
     }
@@ -323,10 +323,10 @@ absl::Status Run() {
     }
     // Both read under the manager's lock, but separately: the next round
     // cannot close before its agents have trained, which takes seconds.
-    const v1::GetStatusResponse status = rounds.GetStatus();
+    const v1::GetStatusResponse status = controller.GetStatus();
     Closed c;
     c.seconds = absl::ToDoubleSeconds(absl::Now() - start);
-    c.weights = rounds.global_weights();
+    c.weights = controller.global_weights();
     c.record = status.history(static_cast<int>(n) - 1);
     if (c.record.evaluation()) break;
     absl::flat_hash_map<std::string, int> index_of;  // client id -> agent

@@ -14,7 +14,8 @@
 #include "absl/types/span.h"
 #include "benchmark/benchmark.h"
 #include "common/model_spec.h"
-#include "server/fedavg.h"
+#include "server/strategy/aggregator.h"
+#include "server/strategy/server_optimizer.h"
 
 namespace fedlearn {
 namespace {
@@ -55,10 +56,10 @@ BENCHMARK(BM_StreamingRead)->Unit(benchmark::kMicrosecond);
 
 void BM_FedAvgFold(benchmark::State& state) {
   const auto& updates = Updates();
-  FedAvgAccumulator accumulator(updates[0].size());
+  WeightedMeanAggregator accumulator(updates[0].size());
   size_t next = 0;
   for (auto _ : state) {
-    accumulator.Fold(100.0, updates[next++ % kUpdates]);
+    accumulator.Fold(100.0, 1.0, updates[next++ % kUpdates]);
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(state.iterations() * updates[0].size() *
@@ -66,13 +67,16 @@ void BM_FedAvgFold(benchmark::State& state) {
 }
 BENCHMARK(BM_FedAvgFold)->Unit(benchmark::kMicrosecond);
 
+// The close of a FedAvg round: the mean, and server SGD at rate 1 writing the
+// next model.
 void BM_ApplyMean(benchmark::State& state) {
   const auto& updates = Updates();
-  FedAvgAccumulator accumulator(updates[0].size());
-  accumulator.Fold(1.0, updates[0]);
+  WeightedMeanAggregator accumulator(updates[0].size());
+  accumulator.Fold(1.0, 1.0, updates[0]);
+  SgdServerOptimizer sgd(updates[0].size(), 1.0, 0.0);
   std::vector<float> global(updates[0].size(), 0.5f), out(global.size());
   for (auto _ : state) {
-    accumulator.ApplyMean(global, absl::MakeSpan(out));
+    sgd.Step(accumulator.Finish(), global, absl::MakeSpan(out));
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(state.iterations() * global.size() * sizeof(float));

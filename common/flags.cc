@@ -98,8 +98,15 @@ std::string FlagText(const pb::Message& message,
       return r->GetEnum(message, field)->name();
     case pb::FieldDescriptor::CPPTYPE_STRING:
       return r->GetString(message, field);
-    case pb::FieldDescriptor::CPPTYPE_MESSAGE:
-      break;
+    case pb::FieldDescriptor::CPPTYPE_MESSAGE: {
+      // A message field sets its flag to the message in one-line text format
+      // (--strategy_config takes that, or a file holding it).
+      pb::TextFormat::Printer printer;
+      printer.SetSingleLineMode(true);
+      std::string text;
+      printer.PrintToString(r->GetMessage(message, field), &text);
+      return text;
+    }
   }
   return "";
 }
@@ -124,10 +131,9 @@ absl::Status ApplyConfigFile(const std::string& path,
   std::vector<const pb::FieldDescriptor*> fields;
   config->GetReflection()->ListFields(*config, &fields);
   for (const pb::FieldDescriptor* field : fields) {
-    if (field->is_repeated() ||
-        field->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE) {
+    if (field->is_repeated()) {
       return absl::InternalError(absl::StrCat(
-          field->full_name(), " is not a scalar and cannot set a flag"));
+          field->full_name(), " is repeated and cannot set a flag"));
     }
     absl::CommandLineFlag* flag = absl::FindCommandLineFlag(field->name());
     if (flag == nullptr) {

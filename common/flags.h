@@ -21,7 +21,8 @@ std::vector<char*> ParseFlags(int argc, char** argv, const char* usage);
 // As above, for a binary whose options may also come from a file: with
 // `--config=FILE` on the command line, FILE holds a `config_type` message in
 // protobuf text format whose fields are named after this binary's flags
-// (proto/fedlearn/v1/config.proto). The file is applied first and the command
+// (proto/fedlearn/v1/config.proto); a message-typed field sets its flag to the
+// message in one-line text format. The file is applied first and the command
 // line parsed over it, so a flag given there wins. A file that cannot be read
 // or parsed, or a value its flag rejects, exits with status 2 and a message
 // naming the file (and line, or field). The binary defines the `config` flag

@@ -13,7 +13,7 @@
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
 #include "server/coordinator_service.h"
-#include "server/round_manager.h"
+#include "server/run_controller.h"
 #include "server/state_store.h"
 
 namespace fedlearn {
@@ -46,15 +46,38 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
             options.state_dir, " holds a run in ", saved, " mode, not ", mode,
             " (use --mode=", saved, " or another --state_dir)"));
       }
+      // Files written before strategies existed: FedAvg.
+      const std::string strategy = resume->state.strategy().empty()
+                                       ? std::string("fedavg")
+                                       : resume->state.strategy();
+      if (strategy != options.strategy) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            options.state_dir, " holds a run of strategy ", strategy, ", not ",
+            options.strategy, " (use --strategy=", strategy,
+            " or another --state_dir)"));
+      }
+    }
+  }
+  FEDLEARN_ASSIGN_OR_RETURN(
+      Strategy strategy,
+      MakeStrategy(options.strategy, options.strategy_config,
+                   static_cast<size_t>(spec.num_parameters)));
+  if (resume.has_value()) {
+    if (absl::Status s = strategy.optimizer->Restore(resume->optimizer);
+        !s.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(options.state_dir,
+                       ": the saved optimizer state does not fit --strategy=",
+                       options.strategy, ": ", s.message()));
     }
   }
 
   std::unique_ptr<CoordinatorServer> server(new CoordinatorServer());
-  server->rounds_ = std::make_unique<RoundManager>(
-      options, std::move(spec), std::move(initial), std::move(store),
-      std::move(resume));
+  server->controller_ = std::make_unique<RunController>(
+      options, std::move(spec), std::move(initial), std::move(strategy),
+      std::move(store), std::move(resume));
   server->service_ =
-      std::make_unique<CoordinatorService>(server->rounds_.get());
+      std::make_unique<CoordinatorService>(server->controller_.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -85,7 +108,7 @@ CoordinatorServer::~CoordinatorServer() { Shutdown(absl::ZeroDuration()); }
 void CoordinatorServer::Shutdown(absl::Duration grace) {
   if (server_ == nullptr) return;
   server_->GetHealthCheckService()->SetServingStatus(kServiceName, false);
-  rounds_->Shutdown();
+  controller_->Shutdown();
   server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
   server_->Wait();
   server_.reset();

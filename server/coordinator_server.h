@@ -14,19 +14,21 @@
 namespace fedlearn {
 
 class CoordinatorService;
-class RoundManager;
+class RunController;
 
-// A running coordinator: the round manager, the gRPC service with reflection
+// A running coordinator: the run controller, the gRPC service with reflection
 // and grpc.health.v1, listening on real sockets. Used by the binary and by
 // tests. Not thread-safe: one owner starts it and shuts it down (more than once
 // is fine).
 class CoordinatorServer {
  public:
-  // Builds the model from options.model and options.seed and starts serving on
+  // Builds the model from options.model and options.seed and the strategy
+  // from options.strategy, and starts serving on
   // `address`
   // ("0.0.0.0:50051"; port 0 picks a free port). INVALID_ARGUMENT for bad
   // options, NOT_FOUND for an unknown model, UNAVAILABLE when the address
-  // cannot be bound.
+  // cannot be bound, FAILED_PRECONDITION for a state directory holding a run
+  // of another mode or strategy.
   static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(
       const CoordinatorOptions& options, const std::string& address,
       std::shared_ptr<grpc::ServerCredentials> credentials = nullptr);
@@ -35,7 +37,7 @@ class CoordinatorServer {
 
   // The bound port.
   int port() const { return port_; }
-  RoundManager& rounds() { return *rounds_; }
+  RunController& controller() { return *controller_; }
 
   // Marks the service NOT_SERVING, fails pending polls with UNAVAILABLE, and
   // stops the server, cancelling calls still running after `grace`.
@@ -45,7 +47,7 @@ class CoordinatorServer {
   CoordinatorServer() = default;
 
   int port_ = 0;
-  std::unique_ptr<RoundManager> rounds_;
+  std::unique_ptr<RunController> controller_;
   std::unique_ptr<CoordinatorService> service_;
   std::unique_ptr<grpc::Server> server_;
 };

@@ -37,8 +37,8 @@ grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,
 
 }  // namespace
 
-// RequestUpdate: waits (through RoundManager::Poll) for the client's task, then
-// writes the task header and, for TRAIN and EVALUATE, the weights chunk by
+// RequestUpdate: waits (through RunController::Poll) for the client's task,
+// then writes the task header and, for TRAIN and EVALUATE, the weights chunk by
 // chunk from the task's immutable snapshot. One message in flight at a time
 // bounds memory per stream.
 class CoordinatorService::TaskWriter final
@@ -46,13 +46,13 @@ class CoordinatorService::TaskWriter final
  public:
   TaskWriter(CoordinatorService* service, grpc::CallbackServerContext* context,
              const v1::RequestUpdateRequest& request)
-      : rounds_(service->rounds_) {
+      : controller_(service->controller_) {
     if (absl::Status s = service->Authorize(context, request.client_id());
         !s.ok()) {
       Finish(ToGrpcStatus(s));
       return;
     }
-    poll_id_ = rounds_->Poll(
+    poll_id_ = controller_->Poll(
         request.client_id(), absl::Milliseconds(request.max_wait_ms()),
         [this](absl::StatusOr<Task> task) { Start(std::move(task)); });
   }
@@ -72,7 +72,7 @@ class CoordinatorService::TaskWriter final
     Finish(grpc::Status::OK);
   }
 
-  void OnCancel() override { rounds_->CancelPoll(poll_id_.load()); }
+  void OnCancel() override { controller_->CancelPoll(poll_id_.load()); }
 
   void OnDone() override { delete this; }
 
@@ -93,19 +93,17 @@ class CoordinatorService::TaskWriter final
           0, absl::ToInt64Milliseconds(task_.deadline - absl::Now())));
     }
     if (task_.weights != nullptr) {
-      const ModelSpec& spec = rounds_->spec();
+      const ModelSpec& spec = controller_->spec();
       chunks_.emplace(spec, absl::MakeConstSpan(*task_.weights),
-                      static_cast<size_t>(rounds_->chunk_bytes()));
+                      static_cast<size_t>(controller_->chunk_bytes()));
       header->set_num_tensors(static_cast<int32_t>(spec.tensors.size()));
       header->set_payload_bytes(chunks_->total_bytes());
     }
-    if (task_.type == v1::TASK_TYPE_TRAIN) {
-      *header->mutable_plan() = rounds_->options().Plan();
-    }
+    if (task_.plan != nullptr) *header->mutable_plan() = *task_.plan;
     StartWrite(&message_);
   }
 
-  RoundManager* const rounds_;
+  RunController* const controller_;
   std::atomic<uint64_t> poll_id_{0};
   Task task_;  // keeps the weights alive while they are written
   std::optional<ChunkWriter> chunks_;
@@ -115,7 +113,7 @@ class CoordinatorService::TaskWriter final
 // PushGradient: reads the header, admits it (so a push that cannot count is
 // turned away before its update is read), waits for a staging buffer, then
 // verifies and copies each chunk into it. Only a complete, verified update is
-// folded (RoundManager::CommitUpdate); anything else is rejected whole and
+// aggregated (RunController::CommitUpdate); anything else is rejected whole and
 // leaves the round's aggregate untouched.
 class CoordinatorService::UpdateReader final
     : public grpc::ServerReadReactor<v1::PushGradientRequest> {
@@ -163,15 +161,15 @@ class CoordinatorService::UpdateReader final
       FinishWith(s);
       return;
     }
-    auto handle = service_->rounds_->AdmitUpdate(*header_, [this] {
+    auto ticket = service_->controller_->AdmitUpdate(*header_, [this] {
       closed_by_round_.store(true);
       context_->TryCancel();
     });
-    if (!handle.ok()) {
-      FinishWith(handle.status());
+    if (!ticket.ok()) {
+      FinishWith(ticket.status());
       return;
     }
-    cancel_ = *std::move(handle);
+    ticket_ = *std::move(ticket);
     waiter_id_ = service_->staging_.Acquire(
         [this](StagingPool::Buffer buffer) { OnBuffer(std::move(buffer)); });
   }
@@ -183,7 +181,7 @@ class CoordinatorService::UpdateReader final
       return;
     }
     buffer_ = std::move(buffer);
-    assembler_.emplace(service_->rounds_->spec(), absl::MakeSpan(*buffer_),
+    assembler_.emplace(service_->controller_->spec(), absl::MakeSpan(*buffer_),
                        /*require_finite=*/true, kMaxChunkBytes,
                        header_->encoding());
     // Initial metadata is the go-ahead: a client that waits for it before
@@ -200,7 +198,7 @@ class CoordinatorService::UpdateReader final
     }
     if (context_->IsCancelled()) {
       if (!closed_by_round_.load())
-        service_->rounds_->RecordRejection(Rejection::kIncomplete);
+        service_->controller_->RecordRejection(Rejection::kIncomplete);
       FinishWith(absl::CancelledError(
           closed_by_round_.load() ? "round closed before the update arrived"
                                   : "push cancelled"));
@@ -213,15 +211,16 @@ class CoordinatorService::UpdateReader final
     // From here the push no longer needs cutting off: if its round closes
     // first, the commit itself rejects it, and closing the round on this very
     // update must not cancel the call that carries the reply.
-    cancel_->Disarm();
-    auto result = service_->rounds_->CommitUpdate(
-        *header_, absl::MakeConstSpan(*buffer_), assembler_->bytes_received());
+    ticket_->cancel->Disarm();
+    auto result = service_->controller_->CommitUpdate(
+        *ticket_, *header_, absl::MakeSpan(*buffer_),
+        assembler_->bytes_received());
     if (result.ok()) *response_ = *std::move(result);
     FinishWith(result.status());
   }
 
   void Reject(Rejection reason, const absl::Status& status) {
-    service_->rounds_->RecordRejection(reason);
+    service_->controller_->RecordRejection(reason);
     FinishWith(absl::Status(
         status.code(),
         absl::StrCat("client ", header_->client_id(), ": ", status.message())));
@@ -230,7 +229,7 @@ class CoordinatorService::UpdateReader final
   // Gives back what the push holds before finishing, so the next push can
   // proceed.
   void FinishWith(const absl::Status& status) {
-    if (cancel_ != nullptr) cancel_->Disarm();
+    if (ticket_.has_value()) ticket_->cancel->Disarm();
     assembler_.reset();
     if (buffer_ != nullptr) service_->staging_.Release(std::move(buffer_));
     Finish(ToGrpcStatus(status));
@@ -241,17 +240,17 @@ class CoordinatorService::UpdateReader final
   v1::PushGradientResponse* const response_;
   v1::PushGradientRequest request_;
   std::optional<v1::UpdateHeader> header_;
-  std::shared_ptr<CancelHandle> cancel_;
+  std::optional<Ticket> ticket_;  // once the header is admitted
   std::atomic<uint64_t> waiter_id_{0};
   std::atomic<bool> closed_by_round_{false};
   StagingPool::Buffer buffer_;
   std::optional<ChunkAssembler> assembler_;
 };
 
-CoordinatorService::CoordinatorService(RoundManager* rounds)
-    : rounds_(rounds),
-      staging_(rounds->options().max_concurrent_updates,
-               static_cast<size_t>(rounds->spec().num_parameters)) {}
+CoordinatorService::CoordinatorService(RunController* controller)
+    : controller_(controller),
+      staging_(controller->options().max_concurrent_updates,
+               static_cast<size_t>(controller->spec().num_parameters)) {}
 
 CoordinatorService::~CoordinatorService() = default;
 
@@ -259,13 +258,13 @@ absl::Status CoordinatorService::Authorize(grpc::CallbackServerContext* context,
                                            absl::string_view client_id) {
   if (client_id.empty())
     return absl::InvalidArgumentError("client_id is empty");
-  return rounds_->Authorize(client_id, BearerToken(*context));
+  return controller_->Authorize(client_id, BearerToken(*context));
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::Join(
     grpc::CallbackServerContext* context, const v1::JoinRequest* request,
     v1::JoinResponse* response) {
-  absl::StatusOr<v1::JoinResponse> result = rounds_->Join(*request);
+  absl::StatusOr<v1::JoinResponse> result = controller_->Join(*request);
   if (result.ok()) *response = *std::move(result);
   return FinishUnary(context, result.status());
 }
@@ -286,7 +285,7 @@ grpc::ServerUnaryReactor* CoordinatorService::ReportEval(
     grpc::CallbackServerContext* context, const v1::ReportEvalRequest* request,
     v1::ReportEvalResponse* /*response*/) {
   absl::Status s = Authorize(context, request->client_id());
-  if (s.ok()) s = rounds_->ReportEval(*request);
+  if (s.ok()) s = controller_->ReportEval(*request);
   return FinishUnary(context, s);
 }
 
@@ -295,7 +294,8 @@ grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(
     v1::HeartbeatResponse* response) {
   absl::Status s = Authorize(context, request->client_id());
   if (s.ok()) {
-    absl::StatusOr<v1::HeartbeatResponse> result = rounds_->Heartbeat(*request);
+    absl::StatusOr<v1::HeartbeatResponse> result =
+        controller_->Heartbeat(*request);
     if (result.ok()) *response = *std::move(result);
     s = result.status();
   }
@@ -305,7 +305,7 @@ grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(
 grpc::ServerUnaryReactor* CoordinatorService::GetStatus(
     grpc::CallbackServerContext* context,
     const v1::GetStatusRequest* /*request*/, v1::GetStatusResponse* response) {
-  *response = rounds_->GetStatus();
+  *response = controller_->GetStatus();
   return FinishUnary(context, absl::OkStatus());
 }
 

@@ -4,19 +4,19 @@
 #include <memory>
 
 #include "fedlearn/v1/coordinator.grpc.pb.h"
-#include "server/round_manager.h"
+#include "server/run_controller.h"
 #include "server/staging_pool.h"
 
 namespace fedlearn {
 
 // The gRPC face of the coordinator (callback API): authenticates each call from
-// its `authorization` metadata, turns wire messages into RoundManager calls and
-// absl::Status into grpc::Status. RequestUpdate and PushGradient are one
+// its `authorization` metadata, turns wire messages into RunController calls
+// and absl::Status into grpc::Status. RequestUpdate and PushGradient are one
 // reactor per stream; no lock is held while a reactor starts a write or
-// finishes. Thread-safe; `rounds` must outlive it.
+// finishes. Thread-safe; `controller` must outlive it.
 class CoordinatorService final : public v1::Coordinator::CallbackService {
  public:
-  explicit CoordinatorService(RoundManager* rounds);
+  explicit CoordinatorService(RunController* controller);
   ~CoordinatorService() override;
 
   grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* context,
@@ -47,7 +47,7 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   absl::Status Authorize(grpc::CallbackServerContext* context,
                          absl::string_view client_id);
 
-  RoundManager* const rounds_;
+  RunController* const controller_;
   StagingPool staging_;
 };
 

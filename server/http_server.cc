@@ -13,7 +13,7 @@
 #include "common/log.h"
 #include "server/metrics.h"
 #include "server/model_stats.h"
-#include "server/round_manager.h"
+#include "server/run_controller.h"
 #include "server/web_assets.h"
 
 namespace fedlearn {
@@ -26,7 +26,7 @@ constexpr char kJson[] = "application/json";
 }  // namespace
 
 struct HttpServer::Impl {
-  const RoundManager* rounds = nullptr;
+  const RunController* controller = nullptr;
   std::unique_ptr<httplib::Server> server;  // an SSLServer for HTTPS
   std::thread thread;
   int port = 0;
@@ -43,14 +43,14 @@ struct HttpServer::Impl {
 
 std::string HttpServer::Impl::Parameters() {
   int64_t round = 0;
-  Weights weights = rounds->global_weights(&round);
+  Weights weights = controller->global_weights(&round);
   {
     absl::MutexLock lock(&cache_mu);
     if (weights == cached_weights) return cached_parameters;
   }
   // Computed without any lock held; two racing requests both compute it.
   std::string json = TensorStatsJson(
-      round, ComputeTensorStats(rounds->spec(), *weights, kHistogramBins));
+      round, ComputeTensorStats(controller->spec(), *weights, kHistogramBins));
   absl::MutexLock lock(&cache_mu);
   cached_weights = std::move(weights);
   cached_parameters = json;
@@ -75,7 +75,7 @@ void HttpServer::Impl::Routes() {
                 options.preserve_proto_field_names = true;
                 std::string json;
                 const auto status = google::protobuf::util::MessageToJsonString(
-                    rounds->GetStatus(), &json, options);
+                    controller->GetStatus(), &json, options);
                 if (!status.ok()) {
                   res.status = 500;
                   res.set_content(status.ToString(), "text/plain");
@@ -91,7 +91,7 @@ void HttpServer::Impl::Routes() {
               });
   server->Get("/api/history.csv",
               [this](const httplib::Request&, httplib::Response& res) {
-                const v1::GetStatusResponse status = rounds->GetStatus();
+                const v1::GetStatusResponse status = controller->GetStatus();
                 res.set_header("Cache-Control", "no-store");
                 res.set_header("Content-Disposition",
                                absl::StrCat("inline; filename=\"fedlearn-",
@@ -102,7 +102,7 @@ void HttpServer::Impl::Routes() {
   server->Get(
       "/metrics", [this](const httplib::Request&, httplib::Response& res) {
         RunCounters counters;
-        const v1::GetStatusResponse status = rounds->GetStatus(&counters);
+        const v1::GetStatusResponse status = controller->GetStatus(&counters);
         res.set_content(RenderPrometheus(status, counters),
                         "text/plain; version=0.0.4; charset=utf-8");
       });
@@ -116,10 +116,10 @@ void HttpServer::Impl::Routes() {
 }
 
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
-    const RoundManager* rounds, const std::string& host, int port,
+    const RunController* controller, const std::string& host, int port,
     const TlsFiles& tls) {
   auto impl = std::make_unique<Impl>();
-  impl->rounds = rounds;
+  impl->controller = controller;
   if (tls.cert_path.empty() && tls.key_path.empty()) {
     impl->server = std::make_unique<httplib::Server>();
   } else {

@@ -8,7 +8,7 @@
 
 namespace fedlearn {
 
-class RoundManager;
+class RunController;
 
 // The coordinator's HTTP side (cpp-httplib, on threads of its own):
 //   /                  the dashboard (assets built into the binary)
@@ -27,12 +27,12 @@ class HttpServer {
     std::string key_path;
   };
 
-  // Serves `rounds` (which must outlive the server) on `host`:`port`; port 0
-  // picks a free one. UNAVAILABLE when the address cannot be bound,
+  // Serves `controller` (which must outlive the server) on `host`:`port`; port
+  // 0 picks a free one. UNAVAILABLE when the address cannot be bound,
   // INVALID_ARGUMENT when `tls` names files that are not a matching PEM
   // certificate and key.
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(
-      const RoundManager* rounds, const std::string& host, int port,
+      const RunController* controller, const std::string& host, int port,
       const TlsFiles& tls = {});
 
   ~HttpServer();  // Stops.

@@ -16,7 +16,8 @@
 #include "fedlearn/v1/config.pb.h"
 #include "server/coordinator_server.h"
 #include "server/http_server.h"
-#include "server/round_manager.h"
+#include "server/run_controller.h"
+#include "server/strategy/strategy.h"
 
 ABSL_FLAG(std::string, config, "",
           "options in protobuf text format, a fedlearn.v1.CoordinatorConfig "
@@ -38,6 +39,17 @@ ABSL_FLAG(double, staleness_exponent, 0.5,
           "async mode: an update s updates stale is scaled by (1+s)^-this");
 ABSL_FLAG(int, max_staleness, 0,
           "async mode: updates staler than this are rejected (0: no limit)");
+ABSL_FLAG(int, async_buffer, 1,
+          "async mode: a new model version every K accepted updates "
+          "(FedBuff; 1: every update as it arrives)");
+ABSL_FLAG(std::string, strategy, "fedavg",
+          "fedavg, fedavgm, fedadam, fedyogi, fedadagrad or fedprox (FedAvg "
+          "with a proximal term)");
+ABSL_FLAG(std::string, strategy_config, "",
+          "the strategy's knobs, a fedlearn.v1.StrategyConfig in text format "
+          "(proto/fedlearn/v1/config.proto), inline (\"server_learning_rate: "
+          "0.1 beta_1: 0.9\") or in a file; knobs left out take the "
+          "strategy's defaults");
 ABSL_FLAG(std::string, model, "mnist_cnn",
           "model: mnist_cnn, fedavg_cnn or mlp_2nn");
 ABSL_FLAG(uint64_t, seed, 1,
@@ -118,6 +130,14 @@ absl::StatusOr<CoordinatorOptions> OptionsFromFlags() {
   o.async_mixing = absl::GetFlag(FLAGS_async_mixing);
   o.staleness_exponent = absl::GetFlag(FLAGS_staleness_exponent);
   o.max_staleness = absl::GetFlag(FLAGS_max_staleness);
+  o.async_buffer = absl::GetFlag(FLAGS_async_buffer);
+  o.strategy = absl::GetFlag(FLAGS_strategy);
+  if (const std::string text = absl::GetFlag(FLAGS_strategy_config);
+      !text.empty()) {
+    absl::StatusOr<v1::StrategyConfig> config = ParseStrategyConfig(text);
+    if (!config.ok()) return config.status();
+    o.strategy_config = *std::move(config);
+  }
   o.model = absl::GetFlag(FLAGS_model);
   o.seed = absl::GetFlag(FLAGS_seed);
   o.min_clients = absl::GetFlag(FLAGS_min_clients);
@@ -181,14 +201,14 @@ int Run() {
        absl::GetFlag(FLAGS_tls_cert).empty()        ? ""
        : absl::GetFlag(FLAGS_tls_client_ca).empty() ? " with TLS"
                                                     : " with mutual TLS");
-  RoundManager& rounds = (*server)->rounds();
+  RunController& controller = (*server)->controller();
   std::unique_ptr<HttpServer> http;
   if (const int http_port = absl::GetFlag(FLAGS_http_port); http_port >= 0) {
     const std::string host = absl::GetFlag(FLAGS_http_bind);
     // With TLS on, the dashboard and /metrics are served over HTTPS with the
     // same certificate (client certificates are not asked for there).
     auto started = HttpServer::Start(
-        &rounds, host, http_port,
+        &controller, host, http_port,
         {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key)});
     if (!started.ok()) {
       std::fprintf(stderr, "fedlearn-coordinator: %s\n",
@@ -210,8 +230,8 @@ int Run() {
       exit_code = sig == SIGTERM ? 0 : 128 + sig;
       break;
     }
-    if (exit_on_done && rounds.phase() == v1::PHASE_DONE) {
-      if (!rounds.AwaitClientsDone(absl::GetFlag(FLAGS_done_grace))) {
+    if (exit_on_done && controller.phase() == v1::PHASE_DONE) {
+      if (!controller.AwaitClientsDone(absl::GetFlag(FLAGS_done_grace))) {
         Logf("some clients were not told DONE within %s",
              absl::FormatDuration(absl::GetFlag(FLAGS_done_grace)));
       }
@@ -233,7 +253,9 @@ int main(int argc, char** argv) {
   fedlearn::ParseFlags(
       argc, argv,
       "fedlearn-coordinator --port=50051 [flags]\n"
-      "Serves fedlearn.v1.Coordinator: synchronous FedAvg rounds over gRPC.",
+      "Serves fedlearn.v1.Coordinator: federated training rounds (FedAvg, "
+      "FedProx, FedAvgM, FedAdam, FedYogi, FedAdagrad) or asynchronous "
+      "FedBuff over gRPC.",
       fedlearn::v1::CoordinatorConfig::default_instance());
   return fedlearn::Run();
 }

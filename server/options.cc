@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/tensor_codec.h"
+#include "server/strategy/strategy.h"
 
 namespace fedlearn {
 namespace {
@@ -47,6 +48,11 @@ absl::Status CoordinatorOptions::Validate() const {
   }
   if (max_staleness < 0)
     return Bad("max_staleness", "must be >= 0 (0: no limit)");
+  if (async_buffer < 1) return Bad("async_buffer", "must be at least 1");
+  if (absl::Status s = ResolveStrategy(strategy, strategy_config).status();
+      !s.ok()) {
+    return s;
+  }
   if (epochs < 1) return Bad("epochs", "must be at least 1");
   if (batch_size < 1) return Bad("batch_size", "must be at least 1");
   if (optimizer != "adadelta" && optimizer != "sgd" &&

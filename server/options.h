@@ -8,6 +8,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "fedlearn/v1/config.pb.h"
 #include "fedlearn/v1/coordinator.pb.h"
 
 namespace fedlearn {
@@ -58,6 +59,15 @@ struct CoordinatorOptions {
   double async_mixing = 0;
   double staleness_exponent = 0.5;
   int max_staleness = 0;
+  // Async mode: a new model version every `async_buffer` accepted updates
+  // (FedBuff); 1 applies each update as it arrives. max_rounds then counts
+  // versions.
+  int async_buffer = 1;
+
+  // The strategy (server/strategy/strategy.h): its name and its knobs, those
+  // not set taking the strategy's defaults.
+  std::string strategy = "fedavg";
+  v1::StrategyConfig strategy_config;
 
   // Training plan sent to every client.
   int epochs = 1;

@@ -26,6 +26,37 @@ std::string ModelFileName(int64_t round) {
   return absl::StrFormat("model-%06d.safetensors", round);
 }
 
+std::string OptimizerFileName(int64_t round) {
+  return absl::StrFormat("optimizer-%06d.safetensors", round);
+}
+
+// The tensors of an optimizer file: "SLOT/NAME" for each slot and model
+// tensor, slot by slot.
+absl::StatusOr<ModelSpec> OptimizerSpec(const ModelSpec& model,
+                                        const std::vector<std::string>& slots) {
+  std::vector<TensorDecl> decls;
+  for (const std::string& slot : slots) {
+    for (const TensorSpec& t : model.tensors) {
+      decls.push_back({absl::StrCat(slot, "/", t.name), t.shape, Init::kZeros});
+    }
+  }
+  return MakeModelSpec(absl::StrCat(model.name, " optimizer"),
+                       std::move(decls));
+}
+
+// Removes the files named PREFIX-*.safetensors in `dir` other than `keep`.
+void RemoveOthers(const std::string& dir, absl::string_view prefix,
+                  const std::string& keep) {
+  std::error_code error;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+    const std::string name = entry.path().filename().string();
+    if (absl::StartsWith(name, prefix) &&
+        absl::EndsWith(name, ".safetensors") && name != keep) {
+      std::filesystem::remove(entry.path(), error);
+    }
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(std::string dir) {
@@ -104,6 +135,35 @@ absl::StatusOr<std::optional<SavedRun>> StateStore::Load(
         metadata["run_id"], "\", the state is run \"", state.run_id(), "\""));
   }
   run.weights = std::make_shared<const std::vector<float>>(std::move(weights));
+  run.optimizer.steps = state.optimizer_steps();
+  if (state.optimizer_slots_size() > 0) {
+    const std::vector<std::string> slots(state.optimizer_slots().begin(),
+                                         state.optimizer_slots().end());
+    if (state.optimizer_file() != OptimizerFileName(state.model_round())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": optimizer file \"", state.optimizer_file(),
+                       "\" is not the one of round ", state.model_round()));
+    }
+    FEDLEARN_ASSIGN_OR_RETURN(ModelSpec optimizer_spec,
+                              OptimizerSpec(spec, slots));
+    const std::string optimizer_path =
+        absl::StrCat(dir_, "/", state.optimizer_file());
+    std::map<std::string, std::string> optimizer_metadata;
+    FEDLEARN_ASSIGN_OR_RETURN(
+        std::vector<float> values,
+        ReadSafetensors(optimizer_path, optimizer_spec, &optimizer_metadata));
+    if (optimizer_metadata["run_id"] != state.run_id()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          optimizer_path, ": written by run \"", optimizer_metadata["run_id"],
+          "\", the state is run \"", state.run_id(), "\""));
+    }
+    const size_t n = static_cast<size_t>(spec.num_parameters);
+    for (size_t i = 0; i < slots.size(); ++i) {
+      run.optimizer.slots.emplace_back(
+          slots[i], std::make_shared<const std::vector<float>>(
+                        values.begin() + i * n, values.begin() + (i + 1) * n));
+    }
+  }
   return run;
 }
 
@@ -127,20 +187,41 @@ absl::Status StateStore::Save(const ModelSpec& spec, const SavedRun& run) {
   to_write.set_format_version(kFormatVersion);
   to_write.set_model(spec.name);
   to_write.set_model_file(model_file);
+  to_write.set_optimizer_steps(run.optimizer.steps);
+  to_write.clear_optimizer_slots();
+  to_write.clear_optimizer_file();
+  std::string optimizer_file;
+  if (!run.optimizer.slots.empty()) {
+    // Written with its model, before the state that names them both.
+    optimizer_file = OptimizerFileName(state.model_round());
+    std::vector<std::string> slots;
+    std::vector<float> values;
+    values.reserve(run.optimizer.slots.size() * spec.num_parameters);
+    for (const auto& [slot, vector] : run.optimizer.slots) {
+      slots.push_back(slot);
+      *to_write.add_optimizer_slots() = slot;
+      values.insert(values.end(), vector->begin(), vector->end());
+    }
+    if (state.model_round() != written_optimizer_round_) {
+      FEDLEARN_ASSIGN_OR_RETURN(ModelSpec optimizer_spec,
+                                OptimizerSpec(spec, slots));
+      FEDLEARN_RETURN_IF_ERROR(WriteSafetensors(
+          absl::StrCat(dir_, "/", optimizer_file), optimizer_spec, values,
+          {{"run_id", state.run_id()},
+           {"strategy", state.strategy()},
+           {"round", absl::StrCat(state.model_round())}}));
+      written_optimizer_round_ = state.model_round();
+    }
+    to_write.set_optimizer_file(optimizer_file);
+  }
   const std::string bytes = to_write.SerializeAsString();
   const absl::string_view parts[] = {bytes};
   FEDLEARN_RETURN_IF_ERROR(
       WriteFileAtomically(absl::StrCat(dir_, "/", kStateFile), parts));
   saved_history_ = state.history_size();
-  // Older models are no longer named by the state: remove them.
-  std::error_code error;
-  for (const auto& entry : std::filesystem::directory_iterator(dir_, error)) {
-    const std::string name = entry.path().filename().string();
-    if (absl::StartsWith(name, "model-") &&
-        absl::EndsWith(name, ".safetensors") && name != model_file) {
-      std::filesystem::remove(entry.path(), error);
-    }
-  }
+  // Older files are no longer named by the state: remove them.
+  RemoveOthers(dir_, "model-", model_file);
+  RemoveOthers(dir_, "optimizer-", optimizer_file);
   return absl::OkStatus();
 }
 

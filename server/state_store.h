@@ -14,20 +14,26 @@
 #include "common/files.h"
 #include "common/model_spec.h"
 #include "fedlearn/v1/state.pb.h"
+#include "server/strategy/server_optimizer.h"
 
 namespace fedlearn {
 
-// A run as the coordinator saves it: the round state and the global model of
-// state.model_round().
+// A run as the coordinator saves it: the round state, the global model of
+// state.model_round() and the server optimizer's state after it.
 struct SavedRun {
   v1::CoordinatorState state;
   std::shared_ptr<const std::vector<float>> weights;
+  OptimizerState optimizer;
 };
 
 // The coordinator's state directory (--state_dir):
 //   state.binpb                  the CoordinatorState (binary protobuf)
 //   model-<round>.safetensors    the global model it names (float32; numpy and
 //                                PyTorch read it as it is)
+//   optimizer-<round>.safetensors  the server optimizer's state vectors after
+//                                that round, tensor "SLOT/NAME" for each slot
+//                                (momentum, m, v) and model tensor NAME; only
+//                                for an optimizer that keeps state
 // Every file is written atomically (temp file, fsync, rename, fsync of the
 // directory). A save writes the model file first and the state that names it
 // last, so after a crash at any point the directory holds one whole run: the
@@ -65,6 +71,7 @@ class StateStore {
   absl::Mutex mu_;
   int64_t saved_history_ ABSL_GUARDED_BY(mu_) = -1;
   int64_t written_model_round_ ABSL_GUARDED_BY(mu_) = -1;
+  int64_t written_optimizer_round_ ABSL_GUARDED_BY(mu_) = -1;
 };
 
 }  // namespace fedlearn

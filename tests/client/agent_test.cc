@@ -25,7 +25,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/coordinator_server.h"
-#include "server/round_manager.h"
+#include "server/run_controller.h"
 
 namespace fedlearn {
 namespace {
@@ -258,7 +258,7 @@ TEST_F(AgentTest, ThreeAgentsRunToDone) {
         Options(absl::StrCat("agent-", i)), FakeFactory(script)));
   }
   const int64_t model_bytes =
-      4 * static_cast<int64_t>(server_->rounds().spec().num_parameters);
+      4 * static_cast<int64_t>(server_->controller().spec().num_parameters);
   for (int i = 0; i < 3; ++i) {
     const AgentSummary summary = Done(*agents[i]);
     EXPECT_EQ(summary.joins, 1);
@@ -271,17 +271,17 @@ TEST_F(AgentTest, ThreeAgentsRunToDone) {
     EXPECT_EQ(summary.bytes_received, 3 * model_bytes);  // 2 TRAIN, 1 EVALUATE
     EXPECT_GT(summary.wall_time, absl::ZeroDuration());
   }
-  EXPECT_TRUE(server_->rounds().AwaitClientsDone(absl::ZeroDuration()));
+  EXPECT_TRUE(server_->controller().AwaitClientsDone(absl::ZeroDuration()));
 
   std::vector<float> expected = InitialWeights();
   ApplyRound(adds, examples, &expected);
   ApplyRound(adds, examples, &expected);
-  const std::vector<float> global = *server_->rounds().global_weights();
+  const std::vector<float> global = *server_->controller().global_weights();
   ASSERT_EQ(global.size(), expected.size());
   for (size_t i = 0; i < global.size(); ++i)
     ASSERT_EQ(global[i], expected[i]) << "parameter " << i;
 
-  const v1::GetStatusResponse status = server_->rounds().GetStatus();
+  const v1::GetStatusResponse status = server_->controller().GetStatus();
   EXPECT_EQ(status.phase(), v1::PHASE_DONE);
   ASSERT_EQ(status.history_size(), 3);
   for (int r = 0; r < 2; ++r) {
@@ -314,7 +314,7 @@ TEST_F(AgentTest, RejoinsACoordinatorRestartedOnTheSamePort) {
   std::shared_ptr<grpc::Channel> channel = options.channel;
   auto built = std::make_shared<std::atomic<int>>(0);
   AgentThread agent(options, FakeFactory(Script(), built));
-  ASSERT_TRUE(server_->rounds().AwaitPendingPolls(1, kWait));
+  ASSERT_TRUE(server_->controller().AwaitPendingPolls(1, kWait));
   server_->Shutdown();
   server_.reset();
 
@@ -341,10 +341,10 @@ TEST_F(AgentTest, RejoinsACoordinatorRestartedOnTheSamePort) {
   EXPECT_EQ(summary.rounds_trained, 1);
   EXPECT_TRUE(summary.evaluated);
   EXPECT_EQ(*built, 1) << "the trainer is kept when the model is the same";
-  EXPECT_EQ(server_->rounds().phase(), v1::PHASE_DONE);
+  EXPECT_EQ(server_->controller().phase(), v1::PHASE_DONE);
   std::vector<float> expected = InitialWeights();
   ApplyRound({0.01f}, {100}, &expected);
-  EXPECT_EQ(*server_->rounds().global_weights(), expected);
+  EXPECT_EQ(*server_->controller().global_weights(), expected);
 }
 
 TEST_F(AgentTest, WrongJoinTokenIsUnauthenticated) {
@@ -371,7 +371,7 @@ TEST_F(AgentTest, StopEndsALongPoll) {
   AgentOptions options = Options("stoppable");
   options.poll_wait = kWait;  // the coordinator would hold the poll 30s
   AgentThread agent(options, FakeFactory(Script()));
-  ASSERT_TRUE(server_->rounds().AwaitPendingPolls(1, kWait));
+  ASSERT_TRUE(server_->controller().AwaitPendingPolls(1, kWait));
   agent.agent().Stop();
   std::optional<absl::StatusOr<AgentSummary>> result =
       agent.Wait(absl::Seconds(5));
@@ -388,7 +388,7 @@ TEST_F(AgentTest, StopEndsTheBackoff) {
   options.initial_backoff = kWait;  // the first retry would come after 30s
   options.max_backoff = kWait;
   AgentThread agent(options, FakeFactory(Script()));
-  ASSERT_TRUE(server_->rounds().AwaitPendingPolls(1, kWait));
+  ASSERT_TRUE(server_->controller().AwaitPendingPolls(1, kWait));
   // The poll fails UNAVAILABLE and the agent backs off.
   server_->Shutdown();
   server_.reset();
@@ -430,7 +430,8 @@ TEST_F(AgentTest, HeartbeatsReportProgressWhileTraining) {
     progress(3, 7);
     seen = Eventually(
         [this] {
-          const v1::GetStatusResponse status = server_->rounds().GetStatus();
+          const v1::GetStatusResponse status =
+              server_->controller().GetStatus();
           return status.clients_size() == 1 &&
                  status.clients(0).batches_done() == 3 &&
                  status.clients(0).batches_total() == 7;
@@ -504,9 +505,9 @@ TEST_F(AgentTest, UpdateForAClosedRoundIsNotFatal) {
   // machine): wait for the round the slow agent actually holds.
   slow_script.on_train = [this](int call, const ProgressFn&) {
     if (call == 0) {
-      const int64_t round = server_->rounds().GetStatus().round();
-      EXPECT_TRUE(
-          server_->rounds().AwaitHistory(static_cast<size_t>(round), kWait));
+      const int64_t round = server_->controller().GetStatus().round();
+      EXPECT_TRUE(server_->controller().AwaitHistory(static_cast<size_t>(round),
+                                                     kWait));
     }
   };
   AgentThread slow(Options("slow"), FakeFactory(slow_script));
@@ -516,7 +517,7 @@ TEST_F(AgentTest, UpdateForAClosedRoundIsNotFatal) {
   EXPECT_GE(fast_summary.rounds_trained, 1);
   EXPECT_GE(slow_summary.updates_rejected, 1);
   EXPECT_EQ(fast_summary.rounds_trained + slow_summary.rounds_trained, 2);
-  EXPECT_EQ(server_->rounds().phase(), v1::PHASE_DONE);
+  EXPECT_EQ(server_->controller().phase(), v1::PHASE_DONE);
 }
 
 TEST_F(AgentTest, RepeatedlyRejectedUpdateIsFatal) {

@@ -17,7 +17,7 @@
 #include "common/partition.h"
 #include "gtest/gtest.h"
 #include "server/coordinator_server.h"
-#include "server/round_manager.h"
+#include "server/run_controller.h"
 
 namespace fedlearn {
 namespace {
@@ -58,7 +58,7 @@ TEST_P(FederatedMnistTest, ThreeAgentsTrainAndAccuracyRises) {
   auto server = CoordinatorServer::Start(options, "127.0.0.1:0");
   ASSERT_TRUE(server.ok()) << server.status();
   const std::string address = absl::StrCat("127.0.0.1:", (*server)->port());
-  const std::vector<float> initial = *(*server)->rounds().global_weights();
+  const std::vector<float> initial = *(*server)->controller().global_weights();
 
   // The agents' test slices, pooled, to compare the initial and final global
   // models.
@@ -102,7 +102,7 @@ TEST_P(FederatedMnistTest, ThreeAgentsTrainAndAccuracyRises) {
     }
     EXPECT_TRUE(results[i]->evaluated);
   }
-  const v1::GetStatusResponse status = (*server)->rounds().GetStatus();
+  const v1::GetStatusResponse status = (*server)->controller().GetStatus();
   ASSERT_EQ(status.phase(), v1::PHASE_DONE);
   EXPECT_EQ(status.stop_reason(), "max_rounds");
   const int training_records = options.max_rounds;
@@ -146,7 +146,7 @@ TEST_P(FederatedMnistTest, ThreeAgentsTrainAndAccuracyRises) {
   ASSERT_TRUE(evaluator.ok());
   const auto before = (*evaluator)->Evaluate(initial);
   const auto after =
-      (*evaluator)->Evaluate(*(*server)->rounds().global_weights());
+      (*evaluator)->Evaluate(*(*server)->controller().global_weights());
   ASSERT_TRUE(before.ok() && after.ok());
   EXPECT_LT(before->accuracy, 0.3);  // an untrained model is near chance
   EXPECT_GT(after->accuracy, before->accuracy + 0.4);

@@ -18,7 +18,7 @@
 #include "gtest/gtest.h"
 #include "server/coordinator_server.h"
 #include "server/http_server.h"
-#include "server/round_manager.h"
+#include "server/run_controller.h"
 #include "tests/server/scripted_clients.h"
 #include "tests/util/files.h"
 
@@ -85,7 +85,7 @@ TEST_F(TlsTest, PlaintextAndUntrustedClientsDoNotGetIn) {
   // A client that trusts another CA refuses the coordinator's certificate.
   const absl::Status untrusted = JoinWith({true, Pem("other-ca.pem"), "", ""});
   EXPECT_EQ(untrusted.code(), absl::StatusCode::kUnavailable) << untrusted;
-  EXPECT_EQ(server_->rounds().GetStatus().clients_size(), 0);
+  EXPECT_EQ(server_->controller().GetStatus().clients_size(), 0);
 }
 
 TEST_F(TlsTest, MutualTlsWantsAClientCertificateOfItsCa) {
@@ -98,7 +98,7 @@ TEST_F(TlsTest, MutualTlsWantsAClientCertificateOfItsCa) {
   const absl::Status rogue =
       JoinWith({true, Pem("ca.pem"), Pem("rogue.pem"), Pem("rogue.key")});
   EXPECT_EQ(rogue.code(), absl::StatusCode::kUnavailable) << rogue;
-  EXPECT_EQ(server_->rounds().GetStatus().clients_size(), 1);
+  EXPECT_EQ(server_->controller().GetStatus().clients_size(), 1);
 }
 
 TEST_F(TlsTest, BadFlagsAreClearErrors) {
@@ -127,7 +127,7 @@ TEST_F(TlsTest, BadFlagsAreClearErrors) {
 
 TEST_F(TlsTest, DashboardIsServedOverHttpsWithTheSameCertificate) {
   Start(/*mutual=*/true);  // client certificates are for gRPC only
-  auto http = HttpServer::Start(&server_->rounds(), "127.0.0.1", 0,
+  auto http = HttpServer::Start(&server_->controller(), "127.0.0.1", 0,
                                 {Pem("server.pem"), Pem("server.key")});
   ASSERT_TRUE(http.ok()) << http.status();
   const int port = (*http)->port();
@@ -138,9 +138,9 @@ TEST_F(TlsTest, DashboardIsServedOverHttpsWithTheSameCertificate) {
   auto page = trusting.Get("/api/status");
   ASSERT_TRUE(page) << httplib::to_string(page.error());
   EXPECT_EQ(page->status, 200);
-  EXPECT_THAT(page->body,
-              HasSubstr(absl::StrCat("\"run_id\":\"",
-                                     server_->rounds().GetStatus().run_id())));
+  EXPECT_THAT(page->body, HasSubstr(absl::StrCat(
+                              "\"run_id\":\"",
+                              server_->controller().GetStatus().run_id())));
 
   // A client of another CA does not accept the certificate, and plain HTTP
   // gets no page.
@@ -154,7 +154,7 @@ TEST_F(TlsTest, DashboardIsServedOverHttpsWithTheSameCertificate) {
   EXPECT_TRUE(!plain_page || plain_page->status != 200);
 
   // A key that is not the certificate's is refused at start.
-  auto mismatched = HttpServer::Start(&server_->rounds(), "127.0.0.1", 0,
+  auto mismatched = HttpServer::Start(&server_->controller(), "127.0.0.1", 0,
                                       {Pem("server.pem"), Pem("client.key")});
   EXPECT_EQ(mismatched.status().code(), absl::StatusCode::kInvalidArgument)
       << mismatched.status();

@@ -25,7 +25,7 @@
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "server/coordinator_server.h"
-#include "server/round_manager.h"
+#include "server/run_controller.h"
 #include "tests/server/scripted_clients.h"
 
 namespace fedlearn {
@@ -69,9 +69,11 @@ class CoordinatorServiceTest : public ::testing::Test {
     return testing::NextTask(client);
   }
 
-  std::vector<float> Global() { return *server_->rounds().global_weights(); }
-  v1::GetStatusResponse Status() { return server_->rounds().GetStatus(); }
-  size_t NumParameters() { return server_->rounds().spec().num_parameters; }
+  std::vector<float> Global() {
+    return *server_->controller().global_weights();
+  }
+  v1::GetStatusResponse Status() { return server_->controller().GetStatus(); }
+  size_t NumParameters() { return server_->controller().spec().num_parameters; }
 
   // A valid push message list whose first chunk has been altered by `mutate`.
   std::vector<v1::PushGradientRequest> Messages(
@@ -106,7 +108,8 @@ TEST_F(CoordinatorServiceTest, RunsFromWaitingToDone) {
   EXPECT_EQ(Status().phase(), v1::PHASE_TRAINING);
 
   std::vector<float> initial(NumParameters());
-  InitializeParameters(server_->rounds().spec(), 7, absl::MakeSpan(initial));
+  InitializeParameters(server_->controller().spec(), 7,
+                       absl::MakeSpan(initial));
   ASSERT_EQ(Global(), initial);
 
   for (int round = 1; round <= 3; ++round) {
@@ -140,10 +143,10 @@ TEST_F(CoordinatorServiceTest, RunsFromWaitingToDone) {
   for (auto& c : clients) {
     EXPECT_EQ(testing::Evaluate(*c, 0.1, 0.9, 50).weights, Global());
   }
-  ASSERT_TRUE(server_->rounds().AwaitPhase(v1::PHASE_DONE, kWait));
+  ASSERT_TRUE(server_->controller().AwaitPhase(v1::PHASE_DONE, kWait));
   for (auto& c : clients)
     EXPECT_EQ(NextTask(*c).task.type(), v1::TASK_TYPE_DONE);
-  EXPECT_TRUE(server_->rounds().AwaitClientsDone(absl::ZeroDuration()));
+  EXPECT_TRUE(server_->controller().AwaitClientsDone(absl::ZeroDuration()));
 
   v1::GetStatusResponse status = Status();
   ASSERT_EQ(status.history_size(), 4);
@@ -190,7 +193,7 @@ std::vector<std::string> SampledNames(const std::vector<std::string>& order) {
     join.set_display_name(name);
     EXPECT_TRUE(clients.back()->Join(join).ok());
   }
-  const v1::GetStatusResponse status = (*server)->rounds().GetStatus();
+  const v1::GetStatusResponse status = (*server)->controller().GetStatus();
   std::vector<std::string> names;
   for (const std::string& id : status.current_round().selected_clients()) {
     for (const v1::ClientInfo& c : status.clients()) {
@@ -256,7 +259,7 @@ TEST_F(CoordinatorServiceTest,
     std::vector<float> delta(NumParameters(), 0.5f);
     ASSERT_TRUE(clients[i]->PushUpdate(Header(1, 10, 1.0), delta).ok());
   }
-  ASSERT_TRUE(server_->rounds().AwaitHistory(1, kWait));
+  ASSERT_TRUE(server_->controller().AwaitHistory(1, kWait));
   EXPECT_LT(absl::Now() - start, absl::Minutes(1));
   const v1::RoundRecord record = Status().history(0);
   EXPECT_EQ(record.outcome(), "quorum");
@@ -280,7 +283,7 @@ TEST_F(CoordinatorServiceTest,
   Start(o);
   auto clients = JoinAll(6);
   const std::vector<float> before = Global();
-  ASSERT_TRUE(server_->rounds().AwaitHistory(3, kWait));
+  ASSERT_TRUE(server_->controller().AwaitHistory(3, kWait));
   v1::GetStatusResponse status = Status();
   ASSERT_GE(status.history_size(), 3);
   for (int i = 0; i < 3; ++i) {
@@ -579,7 +582,7 @@ TEST_F(CoordinatorServiceTest, EvaluationIsWeightedByTestSizeWithTolerance) {
                 absl::StatusCode::kAlreadyExists);
     }
   }
-  ASSERT_TRUE(server_->rounds().AwaitPhase(v1::PHASE_DONE, kWait));
+  ASSERT_TRUE(server_->controller().AwaitPhase(v1::PHASE_DONE, kWait));
   const v1::EvaluationResult result = Status().final_evaluation();
   // (100*1 + 300*2 + 600*4) / 1000 and (100*0.5 + 300*1 + 600*0.25) / 1000.
   EXPECT_DOUBLE_EQ(result.test_loss(), 3.1);
@@ -664,7 +667,7 @@ TEST_F(CoordinatorServiceTest, ShutdownAnswersPendingPollsUnavailable) {
   absl::StatusOr<CoordinatorClient::ReceivedTask> result;
   std::thread poller(
       [&] { result = client->RequestUpdate(absl::Seconds(20)); });
-  ASSERT_TRUE(server_->rounds().AwaitPendingPolls(1, kWait));
+  ASSERT_TRUE(server_->controller().AwaitPendingPolls(1, kWait));
   server_->Shutdown(absl::Seconds(5));
   poller.join();
   EXPECT_EQ(result.status().code(), absl::StatusCode::kUnavailable)

@@ -28,7 +28,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/coordinator_server.h"
-#include "server/round_manager.h"
+#include "server/run_controller.h"
 #include "tests/server/scripted_clients.h"
 
 namespace fedlearn {
@@ -59,7 +59,7 @@ class HttpServerTest : public ::testing::Test {
     auto server = CoordinatorServer::Start(options, "127.0.0.1:0");
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
-    auto http = HttpServer::Start(&server_->rounds(), "127.0.0.1", 0);
+    auto http = HttpServer::Start(&server_->controller(), "127.0.0.1", 0);
     ASSERT_TRUE(http.ok()) << http.status();
     http_ = *std::move(http);
     channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
@@ -88,7 +88,7 @@ class HttpServerTest : public ::testing::Test {
 
   void Evaluate() {
     for (auto& c : clients_) testing::Evaluate(*c, 0.25, 0.875, 40);
-    ASSERT_TRUE(server_->rounds().AwaitPhase(v1::PHASE_DONE, kWait));
+    ASSERT_TRUE(server_->controller().AwaitPhase(v1::PHASE_DONE, kWait));
   }
 
   std::unique_ptr<CoordinatorServer> server_;
@@ -152,7 +152,7 @@ TEST_F(HttpServerTest, ApiStatusIsGetStatusAsJson) {
   ASSERT_TRUE(
       google::protobuf::util::JsonStringToMessage(response->body, &parsed).ok())
       << response->body;
-  v1::GetStatusResponse expected = server_->rounds().GetStatus();
+  v1::GetStatusResponse expected = server_->controller().GetStatus();
   // Everything but the clock-dependent "last seen" matches field for field.
   for (auto* status : {&parsed, &expected}) {
     for (v1::ClientInfo& c : *status->mutable_clients())
@@ -185,7 +185,7 @@ TEST_F(HttpServerTest, OpenRoundIsReportedWhileItRuns) {
   Start(SmallRun());
   auto task = NextTask(*clients_[0]);
   ASSERT_EQ(task.task.type(), v1::TASK_TYPE_TRAIN);
-  std::vector<float> delta(server_->rounds().spec().num_parameters, 0.5f);
+  std::vector<float> delta(server_->controller().spec().num_parameters, 0.5f);
   ASSERT_TRUE(clients_[0]->PushUpdate(Header(1, 100, 1.0), delta).ok());
   // A second push of the same client is turned away.
   EXPECT_EQ(clients_[0]->PushUpdate(Header(1, 100, 1.0), delta).status().code(),
@@ -265,8 +265,8 @@ TEST_F(HttpServerTest, ParametersDescribeTheGlobalModel) {
       google::protobuf::util::JsonStringToMessage(response->body, &parsed).ok())
       << response->body;
   EXPECT_EQ(parsed.fields().at("round").number_value(), 1);
-  const ModelSpec& spec = server_->rounds().spec();
-  const std::vector<float> weights = *server_->rounds().global_weights();
+  const ModelSpec& spec = server_->controller().spec();
+  const std::vector<float> weights = *server_->controller().global_weights();
   const auto& tensors = parsed.fields().at("tensors").list_value();
   ASSERT_EQ(tensors.values_size(), static_cast<int>(spec.tensors.size()));
   for (int i = 0; i < tensors.values_size(); ++i) {
@@ -354,7 +354,7 @@ TEST_F(HttpServerTest, SnapshotsAreNeverTorn) {
 TEST_F(HttpServerTest, BusyPortIsAClearError) {
   Start(SmallRun());
   auto second =
-      HttpServer::Start(&server_->rounds(), "127.0.0.1", http_->port());
+      HttpServer::Start(&server_->controller(), "127.0.0.1", http_->port());
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(second.status().message(), HasSubstr("--http_port"));

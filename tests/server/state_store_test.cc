@@ -23,7 +23,7 @@
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 #include "server/coordinator_server.h"
-#include "server/round_manager.h"
+#include "server/run_controller.h"
 #include "tests/server/scripted_clients.h"
 #include "tests/util/files.h"
 
@@ -219,7 +219,7 @@ class ResumeTest : public ::testing::Test {
     for (int64_t round = first; round <= last; ++round) {
       for (auto& c : clients) {
         // Compared before the push: the round may close with it.
-        const Weights global = server.rounds().global_weights();
+        const Weights global = server.controller().global_weights();
         EXPECT_EQ(testing::TrainConstant(*c, round, 0.01f * round).weights,
                   *global);
       }
@@ -237,13 +237,13 @@ TEST_F(ResumeTest, RestartedCoordinatorGoesOnFromTheLastRound) {
     auto server = Start();
     ASSERT_NE(server, nullptr);
     Train(*server, 1, 2);
-    weights_after_2 = *server->rounds().global_weights();
-    before = server->rounds().GetStatus();
+    weights_after_2 = *server->controller().global_weights();
+    before = server->controller().GetStatus();
   }  // shut down: as far as the directory knows, it may as well have crashed
 
   auto server = Start();
   ASSERT_NE(server, nullptr);
-  v1::GetStatusResponse resumed = server->rounds().GetStatus();
+  v1::GetStatusResponse resumed = server->controller().GetStatus();
   EXPECT_EQ(resumed.run_id(), before.run_id());
   EXPECT_EQ(resumed.phase(), v1::PHASE_WAITING_FOR_CLIENTS);
   EXPECT_EQ(resumed.round(), 3);
@@ -252,13 +252,13 @@ TEST_F(ResumeTest, RestartedCoordinatorGoesOnFromTheLastRound) {
   EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(
       resumed.history(1), before.history(1)));
   EXPECT_EQ(resumed.bytes_received(), before.bytes_received());
-  EXPECT_EQ(*server->rounds().global_weights(), weights_after_2);
+  EXPECT_EQ(*server->controller().global_weights(), weights_after_2);
 
   // New clients carry on with rounds 3 and 4 from the saved model, then the
   // evaluation closes the run.
   Train(*server, 3, 4);
-  ASSERT_TRUE(server->rounds().AwaitPhase(v1::PHASE_EVALUATING, kWait));
-  EXPECT_EQ(server->rounds().GetStatus().history_size(), 4);
+  ASSERT_TRUE(server->controller().AwaitPhase(v1::PHASE_EVALUATING, kWait));
+  EXPECT_EQ(server->controller().GetStatus().history_size(), 4);
 }
 
 TEST_F(ResumeTest, ARunResumesOnlyInItsOwnMode) {
@@ -276,7 +276,7 @@ TEST_F(ResumeTest, ARunResumesOnlyInItsOwnMode) {
               ::testing::HasSubstr("holds a run in rounds mode, not async"));
   auto server = Start();  // in its own mode it resumes
   ASSERT_NE(server, nullptr);
-  EXPECT_EQ(server->rounds().GetStatus().round(), 2);
+  EXPECT_EQ(server->controller().GetStatus().round(), 2);
 }
 
 // Runs rounds first..last on `server` with clients named n0..n3 (2 sampled
@@ -298,8 +298,9 @@ std::vector<std::vector<std::string>> SampledRounds(CoordinatorServer& server,
   }
   std::vector<std::vector<std::string>> sampled;
   for (int64_t round = first; round <= last; ++round) {
-    EXPECT_TRUE(server.rounds().AwaitPhase(v1::PHASE_TRAINING, kWait));
-    const v1::RoundRecord open = server.rounds().GetStatus().current_round();
+    EXPECT_TRUE(server.controller().AwaitPhase(v1::PHASE_TRAINING, kWait));
+    const v1::RoundRecord open =
+        server.controller().GetStatus().current_round();
     EXPECT_EQ(open.round(), round);
     std::vector<std::string> names;
     for (const std::string& id : open.selected_clients()) {
@@ -342,11 +343,11 @@ TEST_F(ResumeTest, FinishedRunStaysDone) {
     ASSERT_NE(server, nullptr);
     auto clients = Train(*server, 1, 4);
     for (auto& c : clients) testing::Evaluate(*c, 0.5, 0.75, 20);
-    ASSERT_TRUE(server->rounds().AwaitPhase(v1::PHASE_DONE, kWait));
+    ASSERT_TRUE(server->controller().AwaitPhase(v1::PHASE_DONE, kWait));
   }
   auto server = Start();
   ASSERT_NE(server, nullptr);
-  const v1::GetStatusResponse status = server->rounds().GetStatus();
+  const v1::GetStatusResponse status = server->controller().GetStatus();
   EXPECT_EQ(status.phase(), v1::PHASE_DONE);
   EXPECT_EQ(status.round(), 4);
   EXPECT_EQ(status.history_size(), 5);

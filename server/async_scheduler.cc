@@ -1,0 +1,213 @@
+#include "server/async_scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace fedlearn {
+
+std::optional<int> AsyncScheduler::WantClients(int alive) const {
+  if (!started_ && alive < options_.min_clients) return std::nullopt;
+  return 0;  // nobody in particular: every poll gets the latest model
+}
+
+Opening AsyncScheduler::Open(
+    std::vector<std::string> /*sampled*/, const Weights& weights,
+    const std::shared_ptr<const v1::TrainingPlan>& plan, int64_t version,
+    absl::Time now) {
+  Opening opening;
+  if (!started_) {
+    step_start_ = now;
+    opening.log = absl::StrCat("async training started, a new model every ",
+                               options_.buffer, " update(s)");
+  }
+  started_ = true;
+  open_ = true;
+  // Whoever asks trains the latest model; a client that asks again has given
+  // up its previous task (an agent only polls after pushing, or restarted).
+  opening.default_task.type = v1::TASK_TYPE_TRAIN;
+  opening.default_task.round = version + 1;
+  opening.default_task.weights = weights;
+  opening.default_task.plan = plan;
+  return opening;
+}
+
+double AsyncScheduler::Scale(int64_t staleness) const {
+  return options_.mixing * std::pow(1.0 + static_cast<double>(staleness),
+                                    -options_.staleness_exponent);
+}
+
+absl::Status AsyncScheduler::CheckStaleness(const std::string& client_id,
+                                            int64_t round,
+                                            int64_t version) const {
+  const int64_t staleness = Staleness(round, version);
+  if (options_.max_staleness > 0 && staleness > options_.max_staleness) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "client ", client_id, ": update trained for round ", round, " is ",
+        staleness, " updates stale (--max_staleness=", options_.max_staleness,
+        ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Ticket> AsyncScheduler::Admit(
+    const v1::UpdateHeader& header, std::shared_ptr<CancelHandle> cancel,
+    int64_t version, Rejection* why) {
+  const std::string& id = header.client_id();
+  const ClientRounds rounds =
+      clients_.contains(id) ? clients_.at(id) : ClientRounds{};
+  if (rounds.pushed != 0 && header.round() == rounds.pushed) {
+    *why = Rejection::kDuplicate;
+    return absl::AlreadyExistsError(
+        absl::StrCat("client ", id, ": update for round ", header.round(),
+                     " already applied"));
+  }
+  if (rounds.task == 0 || header.round() != rounds.task) {
+    *why = Rejection::kStaleRound;
+    return absl::FailedPreconditionError(
+        absl::StrCat("client ", id, ": update for round ", header.round(),
+                     ", its task is for round ", rounds.task));
+  }
+  if (absl::Status s = CheckStaleness(id, header.round(), version); !s.ok()) {
+    *why = Rejection::kStaleRound;
+    return s;
+  }
+  // Pushes that ended (their stream dropped the handle) leave the list.
+  in_flight_.erase(std::remove_if(in_flight_.begin(), in_flight_.end(),
+                                  [](const std::shared_ptr<CancelHandle>& h) {
+                                    return h.use_count() == 1;
+                                  }),
+                   in_flight_.end());
+  in_flight_.push_back(cancel);
+  return Ticket{id, header.round(), 0, std::move(cancel)};
+}
+
+absl::StatusOr<Acceptance> AsyncScheduler::Accept(
+    const Ticket& ticket, const v1::UpdateHeader& header, int64_t bytes,
+    int64_t version, absl::Time /*now*/, Rejection* why) {
+  ClientRounds& rounds = clients_[ticket.client_id];
+  if (!open_ || rounds.task != ticket.round) {
+    // Training stopped, or the client took a newer task (or a concurrent push
+    // of the same update was accepted) while this one uploaded.
+    *why = rounds.pushed == ticket.round ? Rejection::kDuplicate
+                                         : Rejection::kStaleRound;
+    if (*why == Rejection::kDuplicate) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("client ", ticket.client_id, ": update for round ",
+                       ticket.round, " already applied"));
+    }
+    return absl::FailedPreconditionError(
+        absl::StrCat("client ", ticket.client_id, ": update for round ",
+                     ticket.round, " can no longer be applied"));
+  }
+  if (absl::Status s = CheckStaleness(ticket.client_id, ticket.round, version);
+      !s.ok()) {
+    *why = Rejection::kStaleRound;
+    return s;
+  }
+  const int64_t staleness = Staleness(ticket.round, version);
+  rounds.pushed = ticket.round;
+  rounds.task = 0;
+  accepted_.push_back(ticket.client_id);
+  const double examples = static_cast<double>(header.num_examples());
+  loss_.Add(header.train_loss(), examples);
+  accuracy_.Add(header.train_accuracy(), examples);
+  if (header.num_validation_examples() > 0) {
+    const double vw = static_cast<double>(header.num_validation_examples());
+    validation_loss_.Add(header.validation_loss(), vw);
+    validation_accuracy_.Add(header.validation_accuracy(), vw);
+  }
+  num_examples_ += header.num_examples();
+  bytes_received_ += bytes;
+  max_staleness_seen_ = std::max(max_staleness_seen_, staleness);
+  window_loss_.Add(header.train_loss(), examples);
+  ++window_updates_;
+
+  Acceptance acceptance;
+  acceptance.weight = 1;
+  acceptance.scale = Scale(staleness);
+  scale_sum_ += acceptance.scale;
+  acceptance.accepted = static_cast<int>(accepted_.size());
+  if (acceptance.accepted >= options_.buffer) acceptance.outcome = "async";
+  // The reply names the version this update is part of.
+  acceptance.round = version + 1;
+  return acceptance;
+}
+
+Closing AsyncScheduler::Close(absl::string_view outcome, int64_t version,
+                              int alive, absl::Time now) {
+  open_ = false;
+  Closing closing;
+  v1::RoundRecord& record = closing.record;
+  const int n = static_cast<int>(accepted_.size());
+  record.set_round(version + 1);
+  record.set_attempt(1);
+  record.set_selected(n);
+  record.set_responded(n);
+  for (const std::string& id : accepted_) {
+    record.add_selected_clients(id);
+    record.add_accepted_clients(id);
+  }
+  record.set_outcome(std::string(outcome));
+  record.set_duration_seconds(absl::ToDoubleSeconds(now - step_start_));
+  record.set_bytes_received(bytes_received_);
+  record.set_bytes_sent(bytes_sent_);
+  record.set_staleness(max_staleness_seen_);
+  record.set_update_scale(n > 0 ? scale_sum_ / n : 0);
+  v1::RoundMetrics* metrics = record.mutable_metrics();
+  metrics->set_num_examples(num_examples_);
+  metrics->set_train_loss(loss_.value());
+  metrics->set_train_accuracy(accuracy_.value());
+  if (validation_loss_.weight() > 0) {
+    metrics->set_has_validation(true);
+    metrics->set_validation_loss(validation_loss_.value());
+    metrics->set_validation_accuracy(validation_accuracy_.value());
+  }
+  // The convergence window: as many updates as alive clients, at least
+  // min_clients; fewer would compare different clients' data.
+  const int window = std::max(options_.min_clients, alive);
+  closing.save = false;
+  if (window_updates_ >= window) {
+    closing.loss = window_loss_.value();
+    closing.save = true;  // once a window: not a disk write per update
+    window_loss_ = WeightedMean();
+    window_updates_ = 0;
+  }
+  // The next step starts now.
+  step_start_ = now;
+  accepted_.clear();
+  loss_ = accuracy_ = validation_loss_ = validation_accuracy_ = WeightedMean();
+  num_examples_ = 0;
+  bytes_received_ = 0;
+  bytes_sent_ = 0;
+  max_staleness_seen_ = 0;
+  scale_sum_ = 0;
+  return closing;
+}
+
+void AsyncScheduler::NoteSent(const std::string& client_id, const Task& task,
+                              int64_t bytes) {
+  if (task.type != v1::TASK_TYPE_TRAIN) return;
+  clients_[client_id].task = task.round;
+  bytes_sent_ += bytes;
+}
+
+std::vector<std::shared_ptr<CancelHandle>> AsyncScheduler::Stop() {
+  open_ = false;
+  return std::exchange(in_flight_, {});
+}
+
+std::optional<v1::RoundRecord> AsyncScheduler::OpenRecord(
+    absl::Time /*now*/,
+    const std::function<bool(const std::string&)>& /*is_gone*/) const {
+  return std::nullopt;  // versions are recorded as they are made
+}
+
+bool AsyncScheduler::IsTraining(const std::string& client_id) const {
+  auto it = clients_.find(client_id);
+  return open_ && it != clients_.end() && it->second.task != 0;
+}
+
+}  // namespace fedlearn

@@ -1,0 +1,101 @@
+#ifndef FEDLEARN_SERVER_ASYNC_SCHEDULER_H_
+#define FEDLEARN_SERVER_ASYNC_SCHEDULER_H_
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "server/scheduler.h"
+#include "server/weighted_mean.h"
+
+namespace fedlearn {
+
+// Asynchronous training, buffered as in FedBuff (Nguyen et al. 2022): every
+// client that polls trains the latest model; each update is accepted as it
+// arrives, and every `buffer` accepted updates make a new model version:
+//   Delta = (1/K) sum_k mixing * (1 + s_k)^-staleness_exponent * delta_k,
+// s_k being how many versions were made between the weights update k was
+// trained from and its arrival. K = 1 applies every update as it arrives (the
+// seed's async mode). An update staler than max_staleness (0: no limit) is
+// rejected, at its header and again at its commit. Training starts once
+// min_clients are alive and goes on with whoever is there.
+//
+// Convergence is judged on windows of as many updates as alive clients (at
+// least min_clients): a single update's loss is one client's data. The run is
+// saved once a window. Memory: two integers per client that was sent a task,
+// and the handles of pushes in flight.
+class AsyncScheduler final : public Scheduler {
+ public:
+  struct Options {
+    int min_clients = 2;
+    int buffer = 1;       // K
+    double mixing = 0.5;  // resolved: never 0
+    double staleness_exponent = 0.5;
+    int max_staleness = 0;  // 0: no limit
+  };
+  explicit AsyncScheduler(Options options) : options_(options) {}
+
+  absl::string_view mode() const override { return "async"; }
+  std::optional<int> WantClients(int alive) const override;
+  Opening Open(std::vector<std::string> sampled, const Weights& weights,
+               const std::shared_ptr<const v1::TrainingPlan>& plan,
+               int64_t version, absl::Time now) override;
+  bool is_open() const override { return open_; }
+  absl::StatusOr<Ticket> Admit(const v1::UpdateHeader& header,
+                               std::shared_ptr<CancelHandle> cancel,
+                               int64_t version, Rejection* why) override;
+  absl::StatusOr<Acceptance> Accept(const Ticket& ticket,
+                                    const v1::UpdateHeader& header,
+                                    int64_t bytes, int64_t version,
+                                    absl::Time now, Rejection* why) override;
+  Closing Close(absl::string_view outcome, int64_t version, int alive,
+                absl::Time now) override;
+  absl::Time deadline() const override { return absl::InfiniteFuture(); }
+  void NoteSent(const std::string& client_id, const Task& task,
+                int64_t bytes) override;
+  std::vector<std::shared_ptr<CancelHandle>> Stop() override;
+  std::optional<v1::RoundRecord> OpenRecord(
+      absl::Time now,
+      const std::function<bool(const std::string&)>& is_gone) const override;
+  bool IsTraining(const std::string& client_id) const override;
+
+  // The factor an update `staleness` versions stale is applied with.
+  double Scale(int64_t staleness) const;
+
+ private:
+  // Staleness of an update for `round` when `version` versions exist.
+  static int64_t Staleness(int64_t round, int64_t version) {
+    return version + 1 - round;
+  }
+  absl::Status CheckStaleness(const std::string& client_id, int64_t round,
+                              int64_t version) const;
+
+  struct ClientRounds {
+    int64_t task = 0;    // round of the TRAIN it was last sent (0: none)
+    int64_t pushed = 0;  // round of its last accepted update
+  };
+
+  const Options options_;
+  bool open_ = false;
+  bool started_ = false;
+  absl::flat_hash_map<std::string, ClientRounds> clients_;
+  std::vector<std::shared_ptr<CancelHandle>> in_flight_;
+  // The open step (version): its updates so far.
+  absl::Time step_start_;
+  std::vector<std::string> accepted_;
+  WeightedMean loss_, accuracy_, validation_loss_, validation_accuracy_;
+  int64_t num_examples_ = 0;
+  int64_t bytes_received_ = 0;
+  int64_t bytes_sent_ = 0;
+  int64_t max_staleness_seen_ = 0;
+  double scale_sum_ = 0;
+  // The convergence window: updates and their train loss so far.
+  WeightedMean window_loss_;
+  int window_updates_ = 0;
+};
+
+}  // namespace fedlearn
+
+#endif  // FEDLEARN_SERVER_ASYNC_SCHEDULER_H_

@@ -1,0 +1,153 @@
+#include "server/client_manager.h"
+
+#include <algorithm>
+#include <sstream>
+#include <tuple>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace fedlearn {
+namespace {
+
+std::string RandomHex(int bytes) {
+  std::random_device device;  // getrandom(2) on Linux: unpredictable
+  std::string out;
+  out.reserve(bytes * 2);
+  for (int i = 0; i < bytes; i += 4) {
+    absl::StrAppendFormat(&out, "%08x", device());
+  }
+  return out.substr(0, bytes * 2);
+}
+
+// Compares secrets in time independent of where they first differ.
+bool SecretEquals(absl::string_view a, absl::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+}  // namespace
+
+ClientManager::ClientManager(Options options)
+    : options_(options), sampler_(options.seed) {}
+
+absl::StatusOr<const Client*> ClientManager::Register(
+    absl::string_view display_name, absl::Time now) {
+  if (static_cast<int>(clients_.size()) >= options_.max_clients) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "coordinator has its maximum of ", options_.max_clients, " clients"));
+  }
+  auto client = std::make_unique<Client>();
+  client->id = absl::StrCat("client-", clients_.size() + 1);
+  client->token = RandomHex(16);
+  client->display_name = std::string(display_name);
+  client->last_seen = now;
+  Client* c = client.get();
+  by_id_[c->id] = c;
+  by_token_[c->token] = c;
+  clients_.push_back(std::move(client));
+  return c;
+}
+
+absl::Status ClientManager::Authorize(absl::string_view client_id,
+                                      absl::string_view token, absl::Time now) {
+  if (token.empty()) {
+    return absl::UnauthenticatedError(
+        absl::StrCat("client ", client_id,
+                     ": missing session token (authorization: Bearer ...)"));
+  }
+  auto it = by_id_.find(client_id);
+  if (it == by_id_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("unknown client \"", client_id, "\"; join again"));
+  }
+  Client& client = *it->second;
+  if (SecretEquals(token, client.token)) {
+    client.last_seen = now;
+    return absl::OkStatus();
+  }
+  if (by_token_.contains(token)) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("session token does not belong to ", client_id));
+  }
+  return absl::UnauthenticatedError(
+      absl::StrCat("client ", client_id, ": invalid session token"));
+}
+
+absl::StatusOr<Client*> ClientManager::Get(absl::string_view client_id) {
+  auto it = by_id_.find(client_id);
+  if (it == by_id_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("unknown client \"", client_id, "\""));
+  }
+  return it->second;
+}
+
+const Client* ClientManager::Find(absl::string_view client_id) const {
+  auto it = by_id_.find(client_id);
+  return it == by_id_.end() ? nullptr : it->second;
+}
+
+bool ClientManager::IsAlive(const Client& client, absl::Time now) const {
+  return client.active_polls > 0 ||
+         now - client.last_seen < options_.client_timeout;
+}
+
+std::vector<std::string> ClientManager::Alive(absl::Time now) const {
+  std::vector<std::string> alive;
+  for (const auto& client : clients_) {
+    if (IsAlive(*client, now)) alive.push_back(client->id);
+  }
+  return alive;
+}
+
+std::vector<std::string> ClientManager::Sample(
+    std::vector<std::string> candidates, int n) {
+  const int available = static_cast<int>(candidates.size());
+  n = std::clamp(n, 0, available);
+  std::sort(candidates.begin(), candidates.end(),
+            [this](const std::string& a, const std::string& b) {
+              const Client& x = *by_id_.at(a);
+              const Client& y = *by_id_.at(b);
+              return std::tie(x.display_name, x.id) <
+                     std::tie(y.display_name, y.id);
+            });
+  for (int i = 0; i < n; ++i) {
+    std::uniform_int_distribution<int> pick(i, available - 1);
+    std::swap(candidates[i], candidates[pick(sampler_)]);
+  }
+  candidates.resize(n);
+  return candidates;
+}
+
+void ClientManager::PollStarted(Client* client) { ++client->active_polls; }
+
+void ClientManager::PollAnswered(Client* client, absl::Time now) {
+  --client->active_polls;
+  client->last_seen = now;
+}
+
+void ClientManager::PollCancelled(Client* client) { --client->active_polls; }
+
+std::string ClientManager::SamplerState() const {
+  std::ostringstream out;
+  out << sampler_;
+  return out.str();
+}
+
+absl::Status ClientManager::RestoreSampler(const std::string& state) {
+  std::istringstream in(state);
+  std::mt19937_64 sampler;
+  in >> sampler;
+  if (in.fail()) {
+    return absl::InvalidArgumentError("saved sampler state does not parse");
+  }
+  sampler_ = sampler;
+  return absl::OkStatus();
+}
+
+}  // namespace fedlearn

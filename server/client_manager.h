@@ -1,0 +1,105 @@
+#ifndef FEDLEARN_SERVER_CLIENT_MANAGER_H_
+#define FEDLEARN_SERVER_CLIENT_MANAGER_H_
+
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+
+namespace fedlearn {
+
+// What the coordinator knows of one client.
+struct Client {
+  std::string id;  // "client-N", N its place in the join order
+  std::string token;
+  std::string display_name;
+  absl::Time last_seen;  // its last call, heartbeat or poll
+  int active_polls = 0;  // long polls held open right now
+  bool told_done = false;
+  // Progress from its heartbeats.
+  int64_t batches_done = 0;
+  int64_t batches_total = 0;
+  // Its accepted updates: how many, and the latest one's L2 norm and round.
+  int rounds_contributed = 0;
+  double last_update_norm = 0;
+  int64_t last_update_round = 0;
+};
+
+// The clients of a run (Flower's ClientManager): join, session tokens,
+// liveness and seeded sampling. A client is alive while it holds a poll open
+// or was heard from within `client_timeout`.
+//
+// Memory: one Client (about 200 bytes with its strings) and two index entries
+// per joined client; clients are never forgotten within a run, so ids stay
+// unique and a run's history can name them. Not thread-safe: the run
+// controller calls it under its lock; nothing here blocks or calls out.
+class ClientManager {
+ public:
+  struct Options {
+    int max_clients = 10000;
+    absl::Duration client_timeout = absl::Seconds(20);
+    uint64_t seed = 1;  // of the sampler
+  };
+  explicit ClientManager(Options options);
+
+  // Registers a new client seen at `now`. RESOURCE_EXHAUSTED at max_clients.
+  absl::StatusOr<const Client*> Register(absl::string_view display_name,
+                                         absl::Time now);
+
+  // Checks that `token` is `client_id`'s session token and notes the client as
+  // seen at `now`. UNAUTHENTICATED for a missing or unknown token, NOT_FOUND
+  // for an unknown client, PERMISSION_DENIED for another client's token.
+  absl::Status Authorize(absl::string_view client_id, absl::string_view token,
+                         absl::Time now);
+
+  // The client, or NOT_FOUND ("unknown client ...").
+  absl::StatusOr<Client*> Get(absl::string_view client_id);
+  // The client, or null.
+  const Client* Find(absl::string_view client_id) const;
+
+  bool IsAlive(const Client& client, absl::Time now) const;
+  // Ids of the clients alive at `now`, in join order.
+  std::vector<std::string> Alive(absl::Time now) const;
+
+  // `n` of `candidates` (ids of joined clients), drawn without replacement
+  // from the seeded sampler: a partial Fisher-Yates shuffle over the
+  // candidates ordered by display name, then id, so that for one seed the same
+  // named clients give the same sample whatever order they joined in.
+  std::vector<std::string> Sample(std::vector<std::string> candidates, int n);
+
+  // A long poll of `client` starts; is answered at `now` (a client waiting on
+  // us was alive all along); or is cancelled by the client, which says nothing
+  // of it being alive.
+  void PollStarted(Client* client);
+  void PollAnswered(Client* client, absl::Time now);
+  void PollCancelled(Client* client);
+
+  // The sampler's state, to save with the run and restore on resume, so that a
+  // resumed run samples as the uninterrupted one would have.
+  std::string SamplerState() const;
+  absl::Status RestoreSampler(const std::string& state);
+
+  // Every client, in join order.
+  const std::vector<std::unique_ptr<Client>>& clients() const {
+    return clients_;
+  }
+  size_t size() const { return clients_.size(); }
+
+ private:
+  const Options options_;
+  std::vector<std::unique_ptr<Client>> clients_;  // in join order
+  absl::flat_hash_map<std::string, Client*> by_id_;
+  absl::flat_hash_map<std::string, Client*> by_token_;
+  std::mt19937_64 sampler_;
+};
+
+}  // namespace fedlearn
+
+#endif  // FEDLEARN_SERVER_CLIENT_MANAGER_H_

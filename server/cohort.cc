@@ -1,0 +1,84 @@
+#include "server/cohort.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+namespace fedlearn {
+
+Cohort::Cohort(int64_t round, int number, std::vector<std::string> selected,
+               double tolerance, absl::Time start, absl::Time deadline)
+    : round_(round),
+      number_(number),
+      selected_(std::move(selected)),
+      selected_set_(selected_.begin(), selected_.end()),
+      tolerance_(tolerance),
+      start_(start),
+      deadline_(deadline) {}
+
+int Cohort::quorum() const {
+  // "Tolerates `tolerance` of the selected not answering": with 10 selected
+  // and 0.3, 7 answers close the attempt. The epsilon keeps 0.7 * 10 from
+  // becoming 8.
+  const int selected = static_cast<int>(selected_.size());
+  const int quorum =
+      static_cast<int>(std::ceil((1.0 - tolerance_) * selected - 1e-9));
+  return std::clamp(quorum, 1, std::max(selected, 1));
+}
+
+void Cohort::Add(const std::string& id, const Answer& answer) {
+  answered_.push_back(id);
+  answered_set_.insert(id);
+  const double weight = static_cast<double>(answer.num_examples);
+  loss_.Add(answer.loss, weight);
+  accuracy_.Add(answer.accuracy, weight);
+  if (answer.num_validation_examples > 0) {
+    const double vw = static_cast<double>(answer.num_validation_examples);
+    validation_loss_.Add(answer.validation_loss, vw);
+    validation_accuracy_.Add(answer.validation_accuracy, vw);
+  }
+  num_examples_ += answer.num_examples;
+  bytes_received_ += answer.bytes;
+}
+
+absl::string_view Cohort::Outcome() const {
+  if (answered() == static_cast<int>(selected_.size())) return "all";
+  if (answered() >= quorum()) return "quorum";
+  return {};
+}
+
+void Cohort::Track(std::shared_ptr<CancelHandle> handle) {
+  in_flight_.push_back(std::move(handle));
+}
+
+std::vector<std::shared_ptr<CancelHandle>> Cohort::TakeInFlight() {
+  return std::exchange(in_flight_, {});
+}
+
+v1::RoundRecord Cohort::Record(absl::string_view outcome, absl::Time now,
+                               int dropped) const {
+  v1::RoundRecord record;
+  record.set_round(round_);
+  record.set_attempt(number_);
+  record.set_selected(static_cast<int>(selected_.size()));
+  for (const std::string& id : selected_) record.add_selected_clients(id);
+  for (const std::string& id : answered_) record.add_accepted_clients(id);
+  record.set_responded(answered());
+  record.set_dropped(dropped);
+  record.set_outcome(std::string(outcome));
+  record.set_duration_seconds(absl::ToDoubleSeconds(now - start_));
+  record.set_bytes_received(bytes_received_);
+  record.set_bytes_sent(bytes_sent_);
+  v1::RoundMetrics* metrics = record.mutable_metrics();
+  metrics->set_num_examples(num_examples_);
+  metrics->set_train_loss(loss_.value());
+  metrics->set_train_accuracy(accuracy_.value());
+  if (validation_loss_.weight() > 0) {
+    metrics->set_has_validation(true);
+    metrics->set_validation_loss(validation_loss_.value());
+    metrics->set_validation_accuracy(validation_accuracy_.value());
+  }
+  return record;
+}
+
+}  // namespace fedlearn

@@ -1,0 +1,64 @@
+#ifndef FEDLEARN_SERVER_HISTORY_H_
+#define FEDLEARN_SERVER_HISTORY_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "fedlearn/v1/coordinator.pb.h"
+#include "server/metrics.h"
+
+namespace fedlearn {
+
+// Why a push was turned away, for the round's history and /metrics.
+enum class Rejection {
+  kStaleRound,
+  kDuplicate,
+  kNotSelected,
+  kInvalid,
+  kTooLarge,
+  kIncomplete
+};
+
+// The run's record (Flower's History): one RoundRecord per closed or abandoned
+// training round (async mode: per model version) and evaluation attempt, the
+// run's counters and byte totals, and the rejections of the attempt now open.
+// Memory: a RoundRecord per attempt (a few hundred bytes plus the ids of its
+// clients). Not thread-safe: the run controller serialises.
+class History {
+ public:
+  // A new attempt opens: its rejection counts start at zero.
+  void OpenAttempt() { attempt_rejected_.Clear(); }
+  // Counts a rejected push, in the run's counters and the open attempt's.
+  void Reject(Rejection reason);
+  const v1::RejectionCounts& attempt_rejections() const {
+    return attempt_rejected_;
+  }
+
+  void Append(v1::RoundRecord record) { records_.push_back(std::move(record)); }
+  const std::vector<v1::RoundRecord>& records() const { return records_; }
+  size_t size() const { return records_.size(); }
+
+  RunCounters& counters() { return counters_; }
+  const RunCounters& counters() const { return counters_; }
+
+  void AddBytesSent(int64_t bytes) { bytes_sent_ += bytes; }
+  void AddBytesReceived(int64_t bytes) { bytes_received_ += bytes; }
+  int64_t bytes_sent() const { return bytes_sent_; }
+  int64_t bytes_received() const { return bytes_received_; }
+
+  // A resumed run's records and byte totals (counters restart at zero: they
+  // are this process's).
+  void Restore(std::vector<v1::RoundRecord> records, int64_t bytes_sent,
+               int64_t bytes_received);
+
+ private:
+  std::vector<v1::RoundRecord> records_;
+  RunCounters counters_;
+  v1::RejectionCounts attempt_rejected_;
+  int64_t bytes_sent_ = 0;
+  int64_t bytes_received_ = 0;
+};
+
+}  // namespace fedlearn
+
+#endif  // FEDLEARN_SERVER_HISTORY_H_

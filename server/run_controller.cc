@@ -1,0 +1,784 @@
+#include "server/run_controller.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/log.h"
+#include "common/tensor_codec.h"
+#include "server/async_scheduler.h"
+#include "server/sync_scheduler.h"
+
+namespace fedlearn {
+namespace {
+
+// Minimum time between two polls of a client that got WAIT.
+constexpr absl::Duration kRetryAfter = absl::Milliseconds(200);
+constexpr size_t kMaxDisplayName = 256;
+
+std::string RandomHex(int bytes) {
+  std::random_device device;  // getrandom(2) on Linux: unpredictable
+  std::string out;
+  for (int i = 0; i < bytes; i += 4)
+    absl::StrAppendFormat(&out, "%08x", device());
+  return out.substr(0, bytes * 2);
+}
+
+// Compares secrets in time independent of where they first differ.
+bool SecretEquals(absl::string_view a, absl::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i)
+    diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+std::unique_ptr<Scheduler> MakeScheduler(const CoordinatorOptions& o) {
+  if (o.mode == Mode::kAsync) {
+    AsyncScheduler::Options a;
+    a.min_clients = o.min_clients;
+    a.buffer = o.async_buffer;
+    a.mixing = o.AsyncMixing();
+    a.staleness_exponent = o.staleness_exponent;
+    a.max_staleness = o.max_staleness;
+    return std::make_unique<AsyncScheduler>(a);
+  }
+  SyncScheduler::Options s;
+  s.min_clients = o.min_clients;
+  s.clients_per_round = o.clients_per_round;
+  s.fraction = o.fraction;
+  s.over_selection = o.over_selection;
+  s.tolerance = o.tolerance;
+  s.round_timeout = o.round_timeout;
+  s.rounds_between_validations = o.rounds_between_validations;
+  return std::make_unique<SyncScheduler>(s);
+}
+
+int64_t WeightBytes(const Task& task) {
+  return task.weights == nullptr
+             ? 0
+             : static_cast<int64_t>(task.weights->size() * sizeof(float));
+}
+
+}  // namespace
+
+absl::Status CheckUpdateHeader(const v1::UpdateHeader& header) {
+  // The metrics feed the history, /metrics and the convergence test: as for
+  // an evaluation report, losses must be finite and accuracies fractions.
+  auto fraction = [](double x) { return x >= 0 && x <= 1; };
+  const bool metrics_ok = std::isfinite(header.train_loss()) &&
+                          std::isfinite(header.validation_loss()) &&
+                          fraction(header.train_accuracy()) &&
+                          fraction(header.validation_accuracy());
+  if (header.num_examples() <= 0 || header.num_validation_examples() < 0 ||
+      !metrics_ok ||
+      (header.encoding() != v1::ENCODING_DENSE &&
+       header.encoding() != v1::ENCODING_UNSPECIFIED &&
+       header.encoding() != v1::ENCODING_QUANTIZED)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "client ", header.client_id(),
+        ": header needs num_examples > 0, finite losses, accuracies in [0, 1] "
+        "and a dense or quantized encoding"));
+  }
+  return absl::OkStatus();
+}
+
+void RunController::Effects::Run() {
+  for (TaskBoard::Delivery& d : deliveries) d.Run();
+  for (auto& handle : cancels) handle->Cancel();
+  if (save) save();
+}
+
+RunController::RunController(CoordinatorOptions options, ModelSpec spec,
+                             std::vector<float> initial, Strategy strategy,
+                             std::unique_ptr<StateStore> store,
+                             std::optional<SavedRun> resume)
+    : options_(std::move(options)),
+      spec_(std::move(spec)),
+      spec_proto_(ToProto(spec_)),
+      store_(std::move(store)),
+      run_id_(RandomHex(8)),
+      strategy_(std::move(strategy)),
+      global_(std::make_shared<const std::vector<float>>(std::move(initial))),
+      clients_({options_.max_clients, options_.client_timeout, options_.seed}),
+      scheduler_(MakeScheduler(options_)),
+      stop_(options_.max_rounds, options_.convergence_threshold),
+      evaluation_(options_.tolerance, options_.eval_timeout) {
+  v1::TrainingPlan plan = options_.Plan();
+  plan.set_proximal_mu(static_cast<float>(strategy_.config.proximal_mu()));
+  plan_ = std::make_shared<const v1::TrainingPlan>(std::move(plan));
+  absl::MutexLock lock(&mu_);
+  if (resume.has_value()) {
+    const v1::CoordinatorState& s = resume->state;
+    run_id_ = s.run_id();
+    global_ = std::move(resume->weights);
+    version_ = s.model_round();
+    phase_ = s.phase() == v1::PHASE_EVALUATING || s.phase() == v1::PHASE_DONE
+                 ? s.phase()
+                 : v1::PHASE_WAITING_FOR_CLIENTS;
+    history_.Restore({s.history().begin(), s.history().end()}, s.bytes_sent(),
+                     s.bytes_received());
+    if (s.has_previous_train_loss()) stop_.Restore(s.previous_train_loss());
+    stop_reason_ = s.stop_reason();
+    if (s.has_final_evaluation()) final_evaluation_ = s.final_evaluation();
+    if (absl::Status restored = clients_.RestoreSampler(s.sampler());
+        !restored.ok()) {
+      Logf("run %s: %s; sampling starts afresh", run_id_, restored.ToString());
+    }
+    Logf(
+        "run %s resumed from %s: %s at round %d (%d rounds folded, %d "
+        "records)",
+        run_id_, store_ != nullptr ? store_->dir() : "a saved run",
+        v1::Phase_Name(phase_), RoundLocked(), version_, history_.size());
+  }
+  Task initial_task = WaitTaskLocked();
+  if (phase_ == v1::PHASE_DONE) initial_task.type = v1::TASK_TYPE_DONE;
+  board_.SetDefault(std::move(initial_task));  // nobody polls yet
+  timer_ = std::thread([this] { TimerLoop(); });
+  Logf("run %s: model %s (%d parameters), strategy %s, waiting for %d clients",
+       run_id_, spec_.name, spec_.num_parameters, strategy_.name,
+       options_.min_clients);
+}
+
+RunController::~RunController() {
+  Shutdown();
+  timer_.join();
+}
+
+int64_t RunController::RoundLocked() const {
+  return phase_ == v1::PHASE_EVALUATING || phase_ == v1::PHASE_DONE
+             ? version_
+             : version_ + 1;
+}
+
+Task RunController::WaitTaskLocked() const {
+  Task wait;
+  wait.type = v1::TASK_TYPE_WAIT;
+  wait.round = RoundLocked();
+  wait.retry_after = kRetryAfter;
+  return wait;
+}
+
+std::function<void()> RunController::SaveLocked() {
+  if (store_ == nullptr) return nullptr;
+  SavedRun run;
+  v1::CoordinatorState& s = run.state;
+  s.set_run_id(run_id_);
+  s.set_phase(phase_);
+  s.set_round(RoundLocked());
+  s.set_model_round(version_);
+  s.set_mode(std::string(scheduler_->mode()));
+  s.set_strategy(strategy_.name);
+  for (const v1::RoundRecord& record : history_.records()) {
+    *s.add_history() = record;
+  }
+  if (const std::optional<double> loss = stop_.previous_loss(); loss) {
+    s.set_has_previous_train_loss(true);
+    s.set_previous_train_loss(*loss);
+  }
+  s.set_stop_reason(stop_reason_);
+  if (final_evaluation_.has_value()) {
+    *s.mutable_final_evaluation() = *final_evaluation_;
+  }
+  s.set_bytes_received(history_.bytes_received());
+  s.set_bytes_sent(history_.bytes_sent());
+  s.set_sampler(clients_.SamplerState());
+  run.weights = global_;
+  run.optimizer = strategy_.optimizer->State();
+  return [this, run = std::move(run)] {
+    if (absl::Status saved = store_->Save(spec_, run); !saved.ok()) {
+      Logf("round %d: the run could not be saved: %s", run.state.round(),
+           saved.ToString());
+    }
+  };
+}
+
+void RunController::Shutdown() {
+  Effects effects;
+  {
+    absl::MutexLock lock(&mu_);
+    if (shutting_down_) return;
+    shutting_down_ = true;
+    timer_dirty_ = true;
+    effects.deliveries =
+        board_.CloseAll(absl::UnavailableError("coordinator is shutting down"));
+    effects.cancels = scheduler_->Stop();
+  }
+  effects.Run();
+}
+
+absl::Status RunController::CheckRunningLocked() const {
+  if (shutting_down_) {
+    return absl::UnavailableError("coordinator is shutting down");
+  }
+  return absl::OkStatus();
+}
+
+void RunController::NoteSentLocked(const std::string& client_id,
+                                   const Task& task) {
+  if (task.type == v1::TASK_TYPE_DONE) {
+    if (absl::StatusOr<Client*> c = clients_.Get(client_id); c.ok()) {
+      (*c)->told_done = true;
+    }
+  }
+  const int64_t bytes = WeightBytes(task);
+  history_.AddBytesSent(bytes);
+  if (task.type == v1::TASK_TYPE_EVALUATE) {
+    evaluation_.NoteSent(bytes);
+  } else {
+    scheduler_->NoteSent(client_id, task, bytes);
+  }
+}
+
+void RunController::AbsorbLocked(TaskBoard::Deliveries deliveries,
+                                 absl::Time now, Effects* effects) {
+  for (TaskBoard::Delivery& d : deliveries) {
+    absl::StatusOr<Client*> client = clients_.Get(d.client_id);
+    if (client.ok()) {
+      if (absl::IsCancelled(d.task.status())) {
+        clients_.PollCancelled(*client);
+      } else {
+        clients_.PollAnswered(*client, now);
+      }
+    }
+    if (d.task.ok()) NoteSentLocked(d.client_id, *d.task);
+    effects->deliveries.push_back(std::move(d));
+  }
+}
+
+void RunController::SetDefaultLocked(Task task, absl::Time now,
+                                     Effects* effects) {
+  AbsorbLocked(board_.SetDefault(std::move(task)), now, effects);
+}
+
+absl::StatusOr<v1::JoinResponse> RunController::Join(
+    const v1::JoinRequest& request) {
+  if (request.display_name().size() > kMaxDisplayName) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("display_name longer than ", kMaxDisplayName, " bytes"));
+  }
+  if (request.num_train_examples() < 0 || request.num_test_examples() < 0) {
+    return absl::InvalidArgumentError("negative example count");
+  }
+  if (!options_.join_token.empty() &&
+      !SecretEquals(request.join_token(), options_.join_token)) {
+    return absl::UnauthenticatedError("wrong or missing join token");
+  }
+  v1::JoinResponse response;
+  Effects effects;
+  {
+    absl::MutexLock lock(&mu_);
+    if (absl::Status s = CheckRunningLocked(); !s.ok()) return s;
+    const absl::Time now = absl::Now();
+    absl::StatusOr<const Client*> client =
+        clients_.Register(request.display_name(), now);
+    if (!client.ok()) return client.status();
+    response.set_client_id((*client)->id);
+    response.set_session_token((*client)->token);
+    Logf("round %d: %s joined (%s), %d clients", RoundLocked(), (*client)->id,
+         request.display_name().empty() ? "unnamed" : request.display_name(),
+         clients_.size());
+    MaybeStartLocked(now, &effects);
+  }
+  effects.Run();
+  response.set_run_id(run_id_);
+  *response.mutable_model() = spec_proto_;
+  *response.mutable_plan() = *plan_;
+  response.set_heartbeat_interval_ms(
+      absl::ToInt64Milliseconds(options_.heartbeat_interval));
+  return response;
+}
+
+absl::Status RunController::Authorize(absl::string_view client_id,
+                                      absl::string_view token) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckRunningLocked(); !s.ok()) return s;
+  return clients_.Authorize(client_id, token, absl::Now());
+}
+
+uint64_t RunController::Poll(absl::string_view client_id,
+                             absl::Duration max_wait, PollCallback done) {
+  absl::StatusOr<Task> answer;
+  uint64_t id = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    absl::StatusOr<Client*> client = clients_.Get(client_id);
+    if (absl::Status s = CheckRunningLocked(); !s.ok()) {
+      answer = s;
+    } else if (!client.ok()) {
+      answer = client.status();
+    } else {
+      if (max_wait <= absl::ZeroDuration() ||
+          max_wait > options_.poll_timeout) {
+        max_wait = options_.poll_timeout;
+      }
+      TaskBoard::PollResult result =
+          board_.Poll((*client)->id, absl::Now() + max_wait, std::move(done));
+      id = result.poll_id;
+      if (!result.now.has_value()) {
+        clients_.PollStarted(*client);
+        timer_dirty_ = true;
+        return id;
+      }
+      NoteSentLocked(result.now->client_id, *result.now->task);
+      done = std::move(result.now->done);
+      answer = std::move(result.now->task);
+    }
+  }
+  done(std::move(answer));
+  return id;
+}
+
+void RunController::CancelPoll(uint64_t poll_id) {
+  Effects effects;
+  {
+    absl::MutexLock lock(&mu_);
+    std::optional<TaskBoard::Delivery> d = board_.Cancel(poll_id);
+    if (!d.has_value()) return;
+    TaskBoard::Deliveries deliveries;
+    deliveries.push_back(*std::move(d));
+    AbsorbLocked(std::move(deliveries), absl::Now(), &effects);
+  }
+  effects.Run();
+}
+
+void RunController::MaybeStartLocked(absl::Time now, Effects* effects) {
+  if (shutting_down_ || phase_ == v1::PHASE_DONE) return;
+  if (phase_ == v1::PHASE_EVALUATING) {
+    if (evaluation_.is_open()) return;
+    std::vector<std::string> alive = clients_.Alive(now);
+    if (alive.empty()) return;
+    // Every alive client evaluates the final weights.
+    auto posts = evaluation_.Open(version_, std::move(alive), global_, now);
+    history_.OpenAttempt();
+    board_.RetractAll();
+    for (auto& [client_id, task] : posts) {
+      AbsorbLocked(board_.Post(client_id, std::move(task)), now, effects);
+    }
+    timer_dirty_ = true;
+    const Cohort& c = *evaluation_.cohort();
+    Logf(
+        "round %d: evaluation attempt %d started with %d clients (quorum %d), "
+        "deadline in %s",
+        c.round(), c.number(), c.selected().size(), c.quorum(),
+        absl::FormatDuration(c.deadline() - now));
+    return;
+  }
+  if (scheduler_->is_open()) return;
+  std::vector<std::string> alive = clients_.Alive(now);
+  const std::optional<int> wanted =
+      scheduler_->WantClients(static_cast<int>(alive.size()));
+  if (!wanted.has_value()) {
+    phase_ = v1::PHASE_WAITING_FOR_CLIENTS;
+    return;
+  }
+  std::vector<std::string> sampled;
+  if (*wanted > 0) sampled = clients_.Sample(std::move(alive), *wanted);
+  Opening opening =
+      scheduler_->Open(std::move(sampled), global_, plan_, version_, now);
+  phase_ = v1::PHASE_TRAINING;
+  history_.OpenAttempt();
+  board_.RetractAll();
+  for (auto& [client_id, task] : opening.posts) {
+    AbsorbLocked(board_.Post(client_id, std::move(task)), now, effects);
+  }
+  SetDefaultLocked(std::move(opening.default_task), now, effects);
+  timer_dirty_ = true;
+  if (!opening.log.empty()) Logf("round %d: %s", version_ + 1, opening.log);
+}
+
+absl::StatusOr<Ticket> RunController::AdmitUpdate(
+    const v1::UpdateHeader& header, std::function<void()> cancel) {
+  const absl::Status checked = CheckUpdateHeader(header);
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckRunningLocked(); !s.ok()) return s;
+  if (phase_ != v1::PHASE_TRAINING || !scheduler_->is_open()) {
+    history_.Reject(Rejection::kStaleRound);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "client ", header.client_id(), ": training is not running (phase ",
+        v1::Phase_Name(phase_), ")"));
+  }
+  if (!checked.ok()) {
+    history_.Reject(Rejection::kInvalid);
+    return checked;
+  }
+  Rejection why = Rejection::kInvalid;
+  absl::StatusOr<Ticket> ticket = scheduler_->Admit(
+      header, std::make_shared<CancelHandle>(std::move(cancel)), version_,
+      &why);
+  if (!ticket.ok()) history_.Reject(why);
+  return ticket;
+}
+
+absl::StatusOr<v1::PushGradientResponse> RunController::CommitUpdate(
+    const Ticket& ticket, const v1::UpdateHeader& header,
+    absl::Span<float> delta, int64_t bytes) {
+  if (delta.size() != static_cast<size_t>(spec_.num_parameters)) {
+    RecordRejection(Rejection::kInvalid);
+    return absl::InvalidArgumentError(
+        absl::StrCat("client ", ticket.client_id, ": expected ",
+                     spec_.num_parameters, " floats, got ", delta.size()));
+  }
+  // Outside the lock, on the push's own buffer: the norm the dashboard shows
+  // (the client's update as sent), then the strategy's transforms.
+  const double norm = L2Norm(delta);
+  for (const auto& transform : strategy_.transforms) transform->Apply(delta);
+
+  Effects effects;
+  v1::PushGradientResponse response;
+  {
+    absl::MutexLock lock(&mu_);
+    if (absl::Status s = CheckRunningLocked(); !s.ok()) return s;
+    const absl::Time now = absl::Now();
+    Rejection why = Rejection::kInvalid;
+    absl::StatusOr<Acceptance> accepted =
+        scheduler_->Accept(ticket, header, bytes, version_, now, &why);
+    if (!accepted.ok()) {
+      history_.Reject(why);
+      return accepted.status();
+    }
+    const absl::Time fold_start = absl::Now();
+    strategy_.aggregator->Fold(accepted->weight, accepted->scale, delta);
+    RunCounters& counters = history_.counters();
+    counters.aggregation_latency.Observe(
+        absl::ToDoubleSeconds(absl::Now() - fold_start));
+    ++counters.updates_accepted;
+    history_.AddBytesReceived(bytes);
+    board_.Retract(ticket.client_id);
+    if (absl::StatusOr<Client*> c = clients_.Get(ticket.client_id); c.ok()) {
+      ++(*c)->rounds_contributed;
+      (*c)->last_update_norm = norm;
+      (*c)->last_update_round = accepted->round;
+      (*c)->last_seen = now;
+    }
+    response.set_round(accepted->round);
+    response.set_accepted_this_round(accepted->accepted);
+    Logf(
+        "round %d: update from %s accepted (%d in this step, %d examples, "
+        "scale %.3g, loss %.4f)",
+        accepted->round, ticket.client_id, accepted->accepted,
+        header.num_examples(), accepted->scale, header.train_loss());
+    if (!accepted->outcome.empty()) {
+      CloseStepLocked(accepted->outcome, now, &effects);
+    }
+  }
+  effects.Run();
+  return response;
+}
+
+void RunController::RecordRejection(Rejection reason) {
+  absl::MutexLock lock(&mu_);
+  history_.Reject(reason);
+}
+
+void RunController::CloseStepLocked(absl::string_view outcome, absl::Time now,
+                                    Effects* effects) {
+  const int alive = static_cast<int>(clients_.Alive(now).size());
+  Closing closing = scheduler_->Close(outcome, version_, alive, now);
+  v1::RoundRecord& record = closing.record;
+  *record.mutable_rejected() = history_.attempt_rejections();
+  for (auto& handle : closing.cancel) effects->cancels.push_back(handle);
+  board_.RetractAll();
+  RunCounters& counters = history_.counters();
+  counters.round_duration.Observe(record.duration_seconds());
+  bool stopped = false;
+  if (outcome == "abandoned") {
+    strategy_.aggregator->Reset();
+    ++counters.rounds_abandoned;
+    Logf("round %d: attempt %d abandoned at its deadline with %d of %d updates",
+         record.round(), record.attempt(), record.responded(),
+         record.selected());
+  } else {
+    auto next = std::make_shared<std::vector<float>>(global_->size());
+    strategy_.optimizer->Step(strategy_.aggregator->Finish(), *global_,
+                              absl::MakeSpan(*next));
+    strategy_.aggregator->Reset();
+    global_ = std::move(next);
+    ++version_;
+    ++counters.rounds_completed;
+    const StopCondition::Verdict verdict =
+        stop_.Observe(version_, closing.loss);
+    if (verdict.improvement.has_value()) {
+      record.set_relative_improvement(*verdict.improvement);
+    }
+    const v1::RoundMetrics& m = record.metrics();
+    Logf(
+        "round %d: closed (%s) with %d of %d updates in %.2fs: train loss %.4f "
+        "accuracy %.4f%s",
+        record.round(), outcome, record.responded(), record.selected(),
+        record.duration_seconds(), m.train_loss(), m.train_accuracy(),
+        m.has_validation()
+            ? absl::StrFormat(", validation loss %.4f accuracy %.4f",
+                              m.validation_loss(), m.validation_accuracy())
+            : "");
+    if (verdict.stop) {
+      StopTrainingLocked(verdict.reason, now, effects);
+      stopped = true;
+    }
+  }
+  history_.Append(std::move(record));
+  // The run as this close leaves it, before the next round draws from the
+  // sampler; run last, since the next round's tasks should not wait for the
+  // disk.
+  if (closing.save || stopped) effects->save = SaveLocked();
+  timer_dirty_ = true;
+  MaybeStartLocked(now, effects);
+}
+
+void RunController::StopTrainingLocked(const std::string& reason,
+                                       absl::Time now, Effects* effects) {
+  stop_reason_ = reason;
+  phase_ = v1::PHASE_EVALUATING;
+  // Updates still uploading can no longer count: stop receiving them.
+  for (auto& handle : scheduler_->Stop()) effects->cancels.push_back(handle);
+  board_.RetractAll();
+  SetDefaultLocked(WaitTaskLocked(), now, effects);
+  Logf("round %d: training stopped (%s); evaluating", version_, reason);
+}
+
+void RunController::CloseEvaluationLocked(absl::string_view outcome,
+                                          absl::Time now, Effects* effects) {
+  EvaluationPhase::Closed closed = evaluation_.Close(outcome, now);
+  *closed.record.mutable_rejected() = history_.attempt_rejections();
+  board_.RetractAll();
+  if (!closed.result.has_value()) {
+    ++history_.counters().evaluations_abandoned;
+    Logf(
+        "round %d: evaluation attempt %d abandoned at its deadline with %d of "
+        "%d reports",
+        closed.record.round(), closed.record.attempt(),
+        closed.record.responded(), closed.record.selected());
+  } else {
+    const v1::EvaluationResult& result = *closed.result;
+    final_evaluation_ = result;
+    phase_ = v1::PHASE_DONE;
+    Task done;
+    done.type = v1::TASK_TYPE_DONE;
+    done.round = version_;
+    SetDefaultLocked(std::move(done), now, effects);
+    Logf(
+        "round %d: evaluation closed (%s): test loss %.4f accuracy %.4f over "
+        "%d examples",
+        closed.record.round(), outcome, result.test_loss(),
+        result.test_accuracy(), result.num_examples());
+    Logf(
+        "run done: %d rounds (%s), final test accuracy %.2f%%, %.1f MB "
+        "received, %.1f MB sent",
+        version_, stop_reason_, 100 * result.test_accuracy(),
+        history_.bytes_received() / 1e6, history_.bytes_sent() / 1e6);
+  }
+  history_.Append(std::move(closed.record));
+  effects->save = SaveLocked();
+  timer_dirty_ = true;
+  MaybeStartLocked(now, effects);
+}
+
+absl::Status RunController::ReportEval(const v1::ReportEvalRequest& request) {
+  Effects effects;
+  {
+    absl::MutexLock lock(&mu_);
+    if (absl::Status s = CheckRunningLocked(); !s.ok()) return s;
+    if (phase_ != v1::PHASE_EVALUATING || !evaluation_.is_open()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "client ", request.client_id(), ": no evaluation is open (phase ",
+          v1::Phase_Name(phase_), ")"));
+    }
+    absl::StatusOr<absl::string_view> outcome = evaluation_.Report(request);
+    if (!outcome.ok()) return outcome.status();
+    ++history_.counters().evaluations_accepted;
+    const absl::Time now = absl::Now();
+    if (absl::StatusOr<Client*> c = clients_.Get(request.client_id()); c.ok()) {
+      (*c)->last_seen = now;
+    }
+    board_.Retract(request.client_id());
+    const Cohort& c = *evaluation_.cohort();
+    Logf(
+        "round %d: evaluation from %s (%d/%d): loss %.4f accuracy %.4f on %d "
+        "examples",
+        c.round(), request.client_id(), c.answered(), c.selected().size(),
+        request.test_loss(), request.test_accuracy(), request.num_examples());
+    if (!outcome->empty()) CloseEvaluationLocked(*outcome, now, &effects);
+  }
+  effects.Run();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::HeartbeatResponse> RunController::Heartbeat(
+    const v1::HeartbeatRequest& request) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status s = CheckRunningLocked(); !s.ok()) return s;
+  absl::StatusOr<Client*> client = clients_.Get(request.client_id());
+  if (!client.ok()) return client.status();
+  if (request.batches_done() < 0 || request.batches_total() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("client ", request.client_id(), ": negative progress"));
+  }
+  (*client)->last_seen = absl::Now();
+  (*client)->batches_done = request.batches_done();
+  (*client)->batches_total = request.batches_total();
+  v1::HeartbeatResponse response;
+  response.set_phase(phase_);
+  response.set_round(RoundLocked());
+  return response;
+}
+
+v1::GetStatusResponse RunController::GetStatus(RunCounters* counters) const {
+  v1::GetStatusResponse status;
+  status.set_run_id(run_id_);
+  *status.mutable_model() = spec_proto_;
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = absl::Now();  // after the lock: no client seen later
+  status.set_phase(phase_);
+  status.set_round(RoundLocked());
+  status.set_stop_reason(stop_reason_);
+  for (const v1::RoundRecord& record : history_.records()) {
+    *status.add_history() = record;
+  }
+  auto is_gone = [this, now](const std::string& id)
+                     ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                       const Client* c = clients_.Find(id);
+                       return c == nullptr || !clients_.IsAlive(*c, now);
+                     };
+  const Cohort* evaluating = evaluation_.cohort();
+  if (evaluating != nullptr) {
+    int gone = 0;
+    for (const std::string& id : evaluating->selected()) {
+      if (!evaluating->HasAnswered(id) && is_gone(id)) ++gone;
+    }
+    v1::RoundRecord record = evaluating->Record("open", now, gone);
+    record.set_evaluation(true);
+    *record.mutable_rejected() = history_.attempt_rejections();
+    *status.mutable_current_round() = std::move(record);
+  } else if (std::optional<v1::RoundRecord> open =
+                 scheduler_->OpenRecord(now, is_gone);
+             open.has_value()) {
+    *open->mutable_rejected() = history_.attempt_rejections();
+    *status.mutable_current_round() = *std::move(open);
+  }
+  if (final_evaluation_.has_value()) {
+    *status.mutable_final_evaluation() = *final_evaluation_;
+  }
+  status.set_bytes_received(history_.bytes_received());
+  status.set_bytes_sent(history_.bytes_sent());
+  if (counters != nullptr) *counters = history_.counters();
+  for (const auto& client : clients_.clients()) {
+    const Client& c = *client;
+    v1::ClientInfo* info = status.add_clients();
+    info->set_client_id(c.id);
+    info->set_display_name(c.display_name);
+    std::string state = "ready";
+    if (!clients_.IsAlive(c, now)) {
+      state = "gone";
+    } else if (evaluating != nullptr && evaluating->IsSelected(c.id) &&
+               !evaluating->HasAnswered(c.id)) {
+      state = "evaluating";
+    } else if (phase_ == v1::PHASE_TRAINING && scheduler_->IsTraining(c.id)) {
+      state = "training";
+    }
+    info->set_state(state);
+    info->set_last_seen_ms_ago(absl::ToInt64Milliseconds(now - c.last_seen));
+    info->set_rounds_contributed(c.rounds_contributed);
+    info->set_batches_done(c.batches_done);
+    info->set_batches_total(c.batches_total);
+    info->set_polling(c.active_polls > 0);
+    info->set_last_update_norm(c.last_update_norm);
+    info->set_last_update_round(c.last_update_round);
+  }
+  return status;
+}
+
+Weights RunController::global_weights(int64_t* rounds) const {
+  absl::MutexLock lock(&mu_);
+  if (rounds != nullptr) *rounds = version_;
+  return global_;
+}
+
+v1::Phase RunController::phase() const {
+  absl::MutexLock lock(&mu_);
+  return phase_;
+}
+
+bool RunController::AwaitPhase(v1::Phase phase, absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  // The phase enum is ordered along the lifecycle, except that an abandoned
+  // round may send TRAINING back to WAITING_FOR_CLIENTS; "reached" means now at
+  // or past `phase`.
+  auto reached = [this, phase]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return phase_ >= phase;
+  };
+  return mu_.AwaitWithTimeout(absl::Condition(&reached), timeout);
+}
+
+bool RunController::AwaitClientsDone(absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  auto all_told = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (phase_ != v1::PHASE_DONE) return false;
+    const absl::Time now = absl::Now();
+    for (const auto& client : clients_.clients()) {
+      if (!client->told_done && clients_.IsAlive(*client, now)) return false;
+    }
+    return true;
+  };
+  return mu_.AwaitWithTimeout(absl::Condition(&all_told), timeout);
+}
+
+bool RunController::AwaitPendingPolls(size_t n, absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  auto enough = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return board_.held() >= n;
+  };
+  return mu_.AwaitWithTimeout(absl::Condition(&enough), timeout);
+}
+
+bool RunController::AwaitHistory(size_t n, absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  auto enough = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return history_.size() >= n;
+  };
+  return mu_.AwaitWithTimeout(absl::Condition(&enough), timeout);
+}
+
+absl::Time RunController::NextTimerLocked(absl::Time now) const {
+  // Gone clients are noticed within a second.
+  absl::Time next = now + absl::Seconds(1);
+  next = std::min(next, scheduler_->deadline());
+  next = std::min(next, evaluation_.deadline());
+  next = std::min(next, board_.NextExpiry());
+  return next;
+}
+
+void RunController::RunTimersLocked(absl::Time now, Effects* effects) {
+  AbsorbLocked(board_.Expire(now), now, effects);
+  if (scheduler_->is_open() && now >= scheduler_->deadline()) {
+    CloseStepLocked("abandoned", now, effects);
+  }
+  if (evaluation_.is_open() && now >= evaluation_.deadline()) {
+    CloseEvaluationLocked("abandoned", now, effects);
+  }
+  // Clients may have come back (or enough may be alive after a timeout).
+  MaybeStartLocked(now, effects);
+}
+
+void RunController::TimerLoop() {
+  for (;;) {
+    Effects effects;
+    {
+      absl::MutexLock lock(&mu_);
+      if (shutting_down_) return;
+      const absl::Time next = NextTimerLocked(absl::Now());
+      auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return timer_dirty_;
+      };
+      mu_.AwaitWithDeadline(absl::Condition(&woken), next);
+      timer_dirty_ = false;
+      if (shutting_down_) return;
+      RunTimersLocked(absl::Now(), &effects);
+    }
+    effects.Run();
+  }
+}
+
+}  // namespace fedlearn

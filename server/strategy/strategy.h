@@ -1,0 +1,60 @@
+#ifndef FEDLEARN_SERVER_STRATEGY_STRATEGY_H_
+#define FEDLEARN_SERVER_STRATEGY_STRATEGY_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "fedlearn/v1/config.pb.h"
+#include "server/strategy/aggregator.h"
+#include "server/strategy/server_optimizer.h"
+#include "server/strategy/update_transform.h"
+
+namespace fedlearn {
+
+// A federated-learning strategy, composed (in Flower's words, in our shape) of
+//   transforms   applied to each accepted update on its private buffer;
+//   aggregator   folding the updates of a step into their aggregate Delta;
+//   optimizer    moving the global model along Delta;
+//   proximal_mu  FedProx's term, sent to clients in the training plan.
+// FedAvg is the weighted mean and server SGD at learning rate 1. The names:
+//   fedavg      weighted mean, SGD (eta 1)
+//   fedprox     fedavg with proximal_mu 0.01 (Li et al. 2020)
+//   fedavgm     weighted mean, SGD with server momentum (Hsu et al. 2019)
+//   fedadam, fedyogi, fedadagrad   weighted mean, the adaptive optimizers of
+//               Reddi et al. 2021 (server_optimizer.h)
+struct Strategy {
+  std::string name;
+  v1::StrategyConfig config;  // every knob resolved (ResolveStrategy)
+  std::vector<std::unique_ptr<UpdateTransform>> transforms;
+  std::unique_ptr<Aggregator> aggregator;
+  std::unique_ptr<ServerOptimizer> optimizer;
+};
+
+// The names --strategy accepts, in the order --help lists them.
+const std::vector<std::string>& StrategyNames();
+
+// `config` with every knob that `name` uses set: those given kept, the others
+// at the strategy's defaults (config.proto lists them). INVALID_ARGUMENT,
+// naming the flag, for an unknown name, a knob out of range, or a knob given
+// that the strategy does not use.
+absl::StatusOr<v1::StrategyConfig> ResolveStrategy(
+    absl::string_view name, const v1::StrategyConfig& config);
+
+// The strategy `name` with `config` (resolved as above) for a model of
+// `num_parameters`. Errors as ResolveStrategy.
+absl::StatusOr<Strategy> MakeStrategy(absl::string_view name,
+                                      const v1::StrategyConfig& config,
+                                      size_t num_parameters);
+
+// --strategy_config: `text` is the path of a file holding a StrategyConfig in
+// text format, or that text itself. INVALID_ARGUMENT naming the flag (and the
+// file) for text that does not parse.
+absl::StatusOr<v1::StrategyConfig> ParseStrategyConfig(absl::string_view text);
+
+}  // namespace fedlearn
+
+#endif  // FEDLEARN_SERVER_STRATEGY_STRATEGY_H_

@@ -1,0 +1,64 @@
+#ifndef FEDLEARN_SERVER_TASK_H_
+#define FEDLEARN_SERVER_TASK_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "fedlearn/v1/coordinator.pb.h"
+
+namespace fedlearn {
+
+// Immutable snapshot of the global weights (spec.num_parameters floats); tasks
+// share it with the streams sending it, so a new model version never copies or
+// waits for a download in progress.
+using Weights = std::shared_ptr<const std::vector<float>>;
+
+// A task for one client, as RequestUpdate sends it.
+struct Task {
+  v1::TaskType type = v1::TASK_TYPE_WAIT;
+  int64_t round = 0;
+  bool run_validation = false;
+  absl::Time deadline = absl::InfiniteFuture();
+  absl::Duration retry_after = absl::ZeroDuration();
+  Weights weights;                               // TRAIN and EVALUATE only
+  std::shared_ptr<const v1::TrainingPlan> plan;  // TRAIN only
+};
+
+// Receives a long poll's answer: the task, WAIT at its expiry, UNAVAILABLE at
+// shutdown or CANCELLED. Called exactly once, never under a lock.
+using PollCallback = std::function<void(absl::StatusOr<Task>)>;
+
+// Lets the coordinator stop a push that is still streaming when it can no
+// longer count (its round closed, training stopped), so that a stalled client
+// cannot hold a staging buffer. The stream arms it with its cancel action and
+// disarms it before finishing; Cancel after Disarm does nothing. Thread-safe.
+class CancelHandle {
+ public:
+  explicit CancelHandle(std::function<void()> cancel)
+      : cancel_(std::move(cancel)) {}
+  // Runs the cancel action under the handle's own lock, so that once Disarm
+  // returns the action is not running and the stream may be destroyed.
+  void Cancel() {
+    absl::MutexLock lock(&mu_);
+    if (cancel_) std::exchange(cancel_, nullptr)();
+  }
+  void Disarm() {
+    absl::MutexLock lock(&mu_);
+    cancel_ = nullptr;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::function<void()> cancel_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace fedlearn
+
+#endif  // FEDLEARN_SERVER_TASK_H_

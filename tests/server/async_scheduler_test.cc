@@ -1,0 +1,161 @@
+#include "server/async_scheduler.h"
+
+#include <cmath>
+#include <memory>
+#include <string>
+
+#include "absl/time/time.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace fedlearn {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Optional;
+
+const absl::Time t0 = absl::FromUnixSeconds(1'000'000);
+
+AsyncScheduler::Options Buffered(int k) {
+  AsyncScheduler::Options o;
+  o.min_clients = 2;
+  o.buffer = k;
+  o.mixing = 0.5;
+  o.staleness_exponent = 1.0;  // scale = 0.5 / (1 + staleness)
+  return o;
+}
+
+v1::UpdateHeader Header(const std::string& id, int64_t round,
+                        double loss = 1.0) {
+  v1::UpdateHeader h;
+  h.set_client_id(id);
+  h.set_round(round);
+  h.set_num_examples(100);
+  h.set_train_loss(loss);
+  return h;
+}
+
+std::shared_ptr<CancelHandle> Handle() {
+  return std::make_shared<CancelHandle>([] {});
+}
+
+// Sends `id` the open step's TRAIN, as the controller does when it polls.
+void Send(AsyncScheduler& s, const Opening& o, const std::string& id) {
+  s.NoteSent(id, o.default_task, 400);
+}
+
+TEST(AsyncSchedulerTest, StartsAtMinClientsThenGoesOnWithWhoeverIsThere) {
+  AsyncScheduler s(Buffered(1));
+  EXPECT_EQ(s.WantClients(1), std::nullopt);
+  EXPECT_THAT(s.WantClients(2), Optional(0));
+  Opening o = s.Open({}, nullptr, nullptr, 0, t0);
+  EXPECT_TRUE(o.posts.empty());
+  EXPECT_EQ(o.default_task.type, v1::TASK_TYPE_TRAIN);
+  EXPECT_EQ(o.default_task.round, 1);
+  EXPECT_THAT(o.log, HasSubstr("every 1 update"));
+  EXPECT_THAT(s.WantClients(1), Optional(0));  // started: no minimum
+  EXPECT_EQ(s.deadline(), absl::InfiniteFuture());
+}
+
+TEST(AsyncSchedulerTest, EachUpdateMakesAVersionScaledByItsStaleness) {
+  AsyncScheduler s(Buffered(1));
+  Opening o = s.Open({}, nullptr, nullptr, 0, t0);
+  Send(s, o, "a");
+  Send(s, o, "b");
+  Rejection why;
+  auto a = s.Admit(Header("a", 1), Handle(), 0, &why);
+  auto b = s.Admit(Header("b", 1), Handle(), 0, &why);
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto fresh = s.Accept(*a, Header("a", 1), 10, /*version=*/0, t0, &why);
+  ASSERT_TRUE(fresh.ok());
+  EXPECT_EQ(fresh->weight, 1.0);
+  EXPECT_EQ(fresh->scale, 0.5);
+  EXPECT_EQ(fresh->outcome, "async");
+  EXPECT_EQ(fresh->round, 1);
+  Closing c = s.Close("async", 0, 2, t0 + absl::Seconds(2));
+  EXPECT_EQ(c.record.round(), 1);
+  EXPECT_EQ(c.record.staleness(), 0);
+  EXPECT_EQ(c.record.update_scale(), 0.5);
+  EXPECT_EQ(c.record.duration_seconds(), 2.0);
+  EXPECT_EQ(c.record.bytes_sent(), 800);
+  EXPECT_EQ(c.loss, std::nullopt);  // the window is 2 updates
+  EXPECT_FALSE(c.save);
+  s.Open({}, nullptr, nullptr, 1, t0 + absl::Seconds(2));
+  // b trained version 0, one version ago: scale 0.5 / 2.
+  auto stale = s.Accept(*b, Header("b", 1), 10, /*version=*/1, t0, &why);
+  ASSERT_TRUE(stale.ok());
+  EXPECT_EQ(stale->scale, 0.25);
+  EXPECT_EQ(stale->round, 2);
+  c = s.Close("async", 1, 2, t0 + absl::Seconds(3));
+  EXPECT_EQ(c.record.staleness(), 1);
+  EXPECT_THAT(c.loss, Optional(1.0));  // the window of 2 closed
+  EXPECT_TRUE(c.save);
+}
+
+TEST(AsyncSchedulerTest, ABufferOfKMakesAVersionEveryKUpdates) {
+  AsyncScheduler s(Buffered(3));
+  Opening o = s.Open({}, nullptr, nullptr, 0, t0);
+  Rejection why;
+  for (int i = 0; i < 3; ++i) {
+    const std::string id = "c" + std::to_string(i);
+    Send(s, o, id);
+    auto ticket = s.Admit(Header(id, 1, 1.0 + i), Handle(), 0, &why);
+    ASSERT_TRUE(ticket.ok());
+    auto accepted = s.Accept(*ticket, Header(id, 1, 1.0 + i), 10, 0, t0, &why);
+    ASSERT_TRUE(accepted.ok());
+    EXPECT_EQ(accepted->outcome, i == 2 ? "async" : "") << i;
+    EXPECT_EQ(accepted->round, 1);
+  }
+  Closing c = s.Close("async", 0, 3, t0);
+  EXPECT_EQ(c.record.responded(), 3);
+  EXPECT_EQ(c.record.metrics().train_loss(), 2.0);
+  EXPECT_THAT(c.loss, Optional(2.0));  // window: 3 alive clients
+}
+
+TEST(AsyncSchedulerTest, RejectsRepeatedForeignAndTooStaleUpdates) {
+  AsyncScheduler::Options options = Buffered(1);
+  options.max_staleness = 2;
+  AsyncScheduler s(options);
+  Opening o = s.Open({}, nullptr, nullptr, 0, t0);
+  Rejection why;
+  // No task sent: nothing to push for.
+  auto untasked = s.Admit(Header("a", 1), Handle(), 0, &why);
+  EXPECT_EQ(untasked.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(why, Rejection::kStaleRound);
+  Send(s, o, "a");
+  auto wrong = s.Admit(Header("a", 4), Handle(), 0, &why);
+  EXPECT_THAT(wrong.status().message(), HasSubstr("its task is for round 1"));
+  auto ticket = s.Admit(Header("a", 1), Handle(), 0, &why);
+  ASSERT_TRUE(ticket.ok());
+  ASSERT_TRUE(s.Accept(*ticket, Header("a", 1), 10, 0, t0, &why).ok());
+  auto repeated = s.Admit(Header("a", 1), Handle(), 1, &why);
+  EXPECT_EQ(repeated.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(why, Rejection::kDuplicate);
+  // b's task is for round 1; three versions later it is 3 stale.
+  Send(s, o, "b");
+  auto too_stale = s.Admit(Header("b", 1), Handle(), 3, &why);
+  EXPECT_THAT(too_stale.status().message(), HasSubstr("3 updates stale"));
+  // Admitted 2 stale, it went 3 stale while uploading.
+  auto admitted = s.Admit(Header("b", 1), Handle(), 2, &why);
+  ASSERT_TRUE(admitted.ok());
+  auto late = s.Accept(*admitted, Header("b", 1), 10, 3, t0, &why);
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(AsyncSchedulerTest, StopCutsOffEveryPushInFlight) {
+  AsyncScheduler s(Buffered(1));
+  Opening o = s.Open({}, nullptr, nullptr, 0, t0);
+  Send(s, o, "a");
+  Rejection why;
+  auto ticket = s.Admit(Header("a", 1), Handle(), 0, &why);
+  ASSERT_TRUE(ticket.ok());
+  EXPECT_TRUE(s.IsTraining("a"));
+  auto cancelled = s.Stop();
+  ASSERT_EQ(cancelled.size(), 1u);
+  EXPECT_FALSE(s.is_open());
+  EXPECT_FALSE(s.IsTraining("a"));
+  EXPECT_FALSE(s.Accept(*ticket, Header("a", 1), 10, 0, t0, &why).ok());
+}
+
+}  // namespace
+}  // namespace fedlearn
