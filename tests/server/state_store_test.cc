@@ -279,6 +279,58 @@ TEST_F(ResumeTest, ARunResumesOnlyInItsOwnMode) {
   EXPECT_EQ(server->controller().GetStatus().round(), 2);
 }
 
+// A FedAdam run killed after round 2 and resumed makes the same models bit
+// for bit as one run straight through: its optimizer's m and v are part of the
+// run. The clients push the same deltas in both runs, so only lost optimizer
+// state could make the models differ.
+TEST(ResumeStrategyTest, ResumedFedAdamRunMatchesTheUninterruptedOne) {
+  ScopedTempDir dir;
+  auto options_for = [&dir](const std::string& name) {
+    CoordinatorOptions options = SmallRun();
+    options.max_rounds = 4;
+    options.state_dir = (dir.path() / name).string();
+    options.strategy = "fedadam";
+    options.strategy_config.set_server_learning_rate(0.1);
+    return options;
+  };
+  auto train = [](CoordinatorServer& server, int64_t first, int64_t last) {
+    auto channel =
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", server.port()),
+                            grpc::InsecureChannelCredentials());
+    std::vector<std::unique_ptr<CoordinatorClient>> clients;
+    for (int i = 0; i < 3; ++i) {
+      clients.push_back(std::make_unique<CoordinatorClient>(channel));
+      EXPECT_TRUE(clients.back()->Join(v1::JoinRequest()).ok());
+    }
+    for (int64_t round = first; round <= last; ++round) {
+      for (auto& c : clients) testing::TrainConstant(*c, round, 0.01f * round);
+    }
+  };
+  auto whole = CoordinatorServer::Start(options_for("whole"), "127.0.0.1:0");
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  train(**whole, 1, 4);
+  const std::vector<float> straight = *(*whole)->controller().global_weights();
+  {
+    auto first = CoordinatorServer::Start(options_for("split"), "127.0.0.1:0");
+    ASSERT_TRUE(first.ok()) << first.status();
+    train(**first, 1, 2);
+  }
+  EXPECT_TRUE(std::filesystem::exists(dir.path() / "split" /
+                                      "optimizer-000002.safetensors"));
+  // Another strategy cannot take the run over.
+  CoordinatorOptions fedavg = options_for("split");
+  fedavg.strategy = "fedavg";
+  fedavg.strategy_config.Clear();
+  auto refused = CoordinatorServer::Start(fedavg, "127.0.0.1:0");
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("holds a run of strategy fedadam, not fedavg"));
+  auto resumed = CoordinatorServer::Start(options_for("split"), "127.0.0.1:0");
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  train(**resumed, 3, 4);
+  EXPECT_EQ(*(*resumed)->controller().global_weights(), straight);
+}
+
 // Runs rounds first..last on `server` with clients named n0..n3 (2 sampled
 // per round) that join now; returns the names sampled for each round.
 std::vector<std::vector<std::string>> SampledRounds(CoordinatorServer& server,
