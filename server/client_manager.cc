@@ -7,30 +7,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "server/secrets.h"
 
 namespace fedlearn {
-namespace {
-
-std::string RandomHex(int bytes) {
-  std::random_device device;  // getrandom(2) on Linux: unpredictable
-  std::string out;
-  out.reserve(bytes * 2);
-  for (int i = 0; i < bytes; i += 4) {
-    absl::StrAppendFormat(&out, "%08x", device());
-  }
-  return out.substr(0, bytes * 2);
-}
-
-// Compares secrets in time independent of where they first differ.
-bool SecretEquals(absl::string_view a, absl::string_view b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i)
-    diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 ClientManager::ClientManager(Options options)
     : options_(options), sampler_(options.seed) {}

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <random>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -10,31 +9,13 @@
 #include "common/log.h"
 #include "common/tensor_codec.h"
 #include "server/async_scheduler.h"
+#include "server/secrets.h"
 #include "server/sync_scheduler.h"
 
 namespace fedlearn {
 namespace {
 
-// Minimum time between two polls of a client that got WAIT.
-constexpr absl::Duration kRetryAfter = absl::Milliseconds(200);
 constexpr size_t kMaxDisplayName = 256;
-
-std::string RandomHex(int bytes) {
-  std::random_device device;  // getrandom(2) on Linux: unpredictable
-  std::string out;
-  for (int i = 0; i < bytes; i += 4)
-    absl::StrAppendFormat(&out, "%08x", device());
-  return out.substr(0, bytes * 2);
-}
-
-// Compares secrets in time independent of where they first differ.
-bool SecretEquals(absl::string_view a, absl::string_view b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i)
-    diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
-}
 
 std::unique_ptr<Scheduler> MakeScheduler(const CoordinatorOptions& o) {
   if (o.mode == Mode::kAsync) {
@@ -158,7 +139,7 @@ Task RunController::WaitTaskLocked() const {
   Task wait;
   wait.type = v1::TASK_TYPE_WAIT;
   wait.round = RoundLocked();
-  wait.retry_after = kRetryAfter;
+  wait.retry_after = kWaitRetryAfter;
   return wait;
 }
 

@@ -7,13 +7,6 @@
 #include "absl/strings/str_cat.h"
 
 namespace fedlearn {
-namespace {
-
-// Minimum time between two polls of a client that got WAIT.
-constexpr absl::Duration kRetryAfter = absl::Milliseconds(200);
-
-}  // namespace
-
 std::optional<int> SyncScheduler::WantClients(int alive) const {
   if (alive < options_.min_clients) return std::nullopt;
   int wanted =
@@ -53,7 +46,7 @@ Opening SyncScheduler::Open(std::vector<std::string> sampled,
   }
   opening.default_task.type = v1::TASK_TYPE_WAIT;
   opening.default_task.round = round;
-  opening.default_task.retry_after = kRetryAfter;
+  opening.default_task.retry_after = kWaitRetryAfter;
   opening.log = absl::StrCat("training attempt ", attempt_, " started with ",
                              cohort_->selected().size(), " clients (quorum ",
                              cohort_->quorum(), "), deadline in ",

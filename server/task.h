@@ -20,6 +20,9 @@ namespace fedlearn {
 // waits for a download in progress.
 using Weights = std::shared_ptr<const std::vector<float>>;
 
+// Minimum time between two polls of a client that got WAIT.
+constexpr absl::Duration kWaitRetryAfter = absl::Milliseconds(200);
+
 // A task for one client, as RequestUpdate sends it.
 struct Task {
   v1::TaskType type = v1::TASK_TYPE_WAIT;
