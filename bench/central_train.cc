@@ -27,8 +27,8 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/cnn_trainer.h"
+#include "client/idx.h"
 #include "common/flags.h"
-#include "common/idx.h"
 #include "common/model_spec.h"
 #include "common/status_macros.h"
 

@@ -7,7 +7,7 @@
 #   fedlearn: bench/convergence.cc, a real in-process coordinator and 10 agents (threads,
 #             1 compute thread each) training with the C++ CnnTrainer over gRPC;
 #   PyTorch:  bench/peers/fedavg_pytorch.py, the clients one after another on 2 threads.
-# Both use the same partition of the training split (common/partition.h, seed 1, written
+# Both use the same partition of the training split (client/partition.h, seed 1, written
 # by convergence --partitions_out) and the same initial global weights (convergence
 # --initial_out), and PyTorch trains the clients in the order fedlearn's coordinator sampled
 # them; shuffling orders and dropout masks differ. The global model is judged after every

@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
-#include "common/nn/network.h"
-#include "common/nn/optimizer.h"
-#include "common/nn/threads.h"
+#include "client/nn/network.h"
+#include "client/nn/optimizer.h"
+#include "client/nn/threads.h"
 
 namespace fedlearn::nn {
 namespace {

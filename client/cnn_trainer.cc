@@ -8,9 +8,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/nn/network.h"
-#include "common/nn/optimizer.h"
-#include "common/nn/threads.h"
+#include "absl/strings/str_join.h"
+#include "client/nn/network.h"
+#include "client/nn/optimizer.h"
+#include "client/nn/threads.h"
+#include "common/model_spec.h"
 #include "common/status_macros.h"
 
 namespace fedlearn {
@@ -53,6 +55,13 @@ class CnnTrainer final : public Trainer {
     nn::SetComputeThreads(threads_);
     std::copy(weights.begin(), weights.end(), net_->parameters().begin());
 
+    if (!(plan.proximal_mu() >= 0) || !std::isfinite(plan.proximal_mu())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "plan: proximal_mu ", plan.proximal_mu(), " must be >= 0"));
+    }
+    // FedProx pulls towards the weights the round started from: `weights`
+    // holds them untouched until training ends.
+    const nn::Proximal proximal{weights.data(), plan.proximal_mu()};
     const int batch = plan.batch_size();
     const int64_t n = static_cast<int64_t>(train_index_.size());
     const int64_t batches_per_epoch = (n + batch - 1) / batch;
@@ -73,8 +82,8 @@ class CnnTrainer final : public Trainer {
       for (int64_t start = 0; start < n; start += batch) {
         const int size = static_cast<int>(std::min<int64_t>(batch, n - start));
         LoadBatch(train_, train_index_.data() + start, size);
-        const nn::LossResult r = net_->TrainStep(images_.data(), labels_.data(),
-                                                 size, optimizer_.get());
+        const nn::LossResult r = net_->TrainStep(
+            images_.data(), labels_.data(), size, optimizer_.get(), proximal);
         loss_sum += r.loss_sum;
         correct += r.correct;
         seen += size;
@@ -122,10 +131,12 @@ class CnnTrainer final : public Trainer {
   }
 
  private:
-  // A new optimizer when the plan names another one; a new learning rate alone
-  // keeps the optimizer's state (as a learning-rate schedule does).
+  // A new optimizer when the plan names another one or asks for a fresh state
+  // every round; a new learning rate alone keeps the optimizer's state (as a
+  // learning-rate schedule does).
   absl::Status PrepareOptimizer(const v1::TrainingPlan& plan) {
-    if (optimizer_ != nullptr && plan.optimizer() == optimizer_name_) {
+    if (optimizer_ != nullptr && plan.optimizer() == optimizer_name_ &&
+        !plan.reset_optimizer()) {
       if (!(plan.learning_rate() > 0)) {
         return absl::InvalidArgumentError(absl::StrCat(
             "plan: learning rate ", plan.learning_rate(), " must be > 0"));
@@ -244,6 +255,36 @@ absl::StatusOr<std::unique_ptr<Trainer>> MakeCnnTrainer(
   FEDLEARN_ASSIGN_OR_RETURN(std::unique_ptr<nn::Network> net,
                             nn::Network::Create(options.model, options.seed));
   return std::make_unique<CnnTrainer>(std::move(net), std::move(options));
+}
+
+absl::Status CheckTrainable(const v1::ModelSpec& served) {
+  const auto refuse = [&](absl::string_view why) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the coordinator serves model \"", served.name(), "\" (",
+        served.tensors_size(), " tensors, ", served.num_parameters(),
+        " parameters), which fedlearn-client cannot train: ", why,
+        ". It trains the registry architectures ",
+        absl::StrJoin(RegisteredModels(), ", "),
+        "; train other models with the Python SDK or your own client"));
+  };
+  absl::StatusOr<ModelSpec> known = LookupModel(served.name());
+  if (!known.ok()) return refuse("not a registry architecture");
+  if (served.tensors_size() != static_cast<int>(known->tensors.size())) {
+    return refuse(absl::StrCat(served.name(), " has ", known->tensors.size(),
+                               " tensors"));
+  }
+  for (int i = 0; i < served.tensors_size(); ++i) {
+    const v1::TensorSpec& got = served.tensors(i);
+    const TensorSpec& want = known->tensors[i];
+    const std::vector<int64_t> shape(got.shape().begin(), got.shape().end());
+    if (got.name() != want.name || shape != want.shape) {
+      return refuse(absl::StrCat("its tensor ", i, " is ", got.name(), " [",
+                                 absl::StrJoin(shape, ", "), "], ",
+                                 served.name(), "'s is ", want.name, " [",
+                                 absl::StrJoin(want.shape, ", "), "]"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace fedlearn

@@ -6,8 +6,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "client/idx.h"
 #include "client/trainer.h"
-#include "common/idx.h"
 
 namespace fedlearn {
 
@@ -33,6 +33,12 @@ void SetInputNorm(const v1::TrainingPlan& plan, CnnTrainerOptions* options);
 // are not 28x28 or empty data.
 absl::StatusOr<std::unique_ptr<Trainer>> MakeCnnTrainer(
     CnnTrainerOptions options);
+
+// Whether this agent can train `served`, the model a coordinator serves: it
+// must be a registry architecture with exactly the registry's tensors.
+// FAILED_PRECONDITION otherwise, with a message that says what differs and
+// that other clients (the Python SDK) train any model.
+absl::Status CheckTrainable(const v1::ModelSpec& served);
 
 }  // namespace fedlearn
 

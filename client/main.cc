@@ -27,12 +27,13 @@
 #include "absl/time/time.h"
 #include "client/agent.h"
 #include "client/cnn_trainer.h"
+#include "client/idx.h"
+#include "client/partition.h"
 #include "client/progress.h"
 #include "common/flags.h"
-#include "common/idx.h"
 #include "common/log.h"
-#include "common/partition.h"
 #include "common/signals.h"
+#include "common/status_macros.h"
 #include "common/tensor_codec.h"
 #include "common/tls.h"
 #include "fedlearn/v1/config.pb.h"
@@ -306,6 +307,7 @@ int Run() {
     TrainerFactory factory = [data, seed,
                               threads](const v1::JoinResponse& joined)
         -> absl::StatusOr<std::unique_ptr<Trainer>> {
+      FEDLEARN_RETURN_IF_ERROR(CheckTrainable(joined.model()));
       CnnTrainerOptions trainer;
       trainer.model = joined.model().name();
       trainer.train = data->train;

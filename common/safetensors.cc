@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -490,24 +491,40 @@ absl::Status WriteSafetensors(
         absl::StrCat("writing ", path, ": model ", spec.name, " has ",
                      spec.num_parameters, " parameters, got ", values.size()));
   }
-  const std::string header = MakeHeader(spec, metadata);
-  char length[8];
-  for (int i = 0; i < 8; ++i) {
-    length[i] =
-        static_cast<char>(static_cast<uint64_t>(header.size()) >> (8 * i));
-  }
-
+  const std::string prefix = SafetensorsPrefix(spec, metadata);
   const absl::string_view parts[] = {
-      absl::string_view(length, sizeof(length)), header,
-      absl::string_view(reinterpret_cast<const char*>(values.data()),
-                        values.size() * sizeof(float))};
+      prefix, absl::string_view(reinterpret_cast<const char*>(values.data()),
+                                values.size() * sizeof(float))};
   return WriteFileAtomically(path, parts);
 }
 
-absl::StatusOr<std::vector<float>> ReadSafetensors(
-    const std::string& path, const ModelSpec& spec,
-    std::map<std::string, std::string>* metadata) {
-  ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+std::string SafetensorsPrefix(
+    const ModelSpec& spec, const std::map<std::string, std::string>& metadata) {
+  const std::string header = MakeHeader(spec, metadata);
+  std::string prefix(8, '\0');
+  for (int i = 0; i < 8; ++i) {
+    prefix[i] =
+        static_cast<char>(static_cast<uint64_t>(header.size()) >> (8 * i));
+  }
+  return prefix + header;
+}
+
+// An open safetensors file and its parsed header.
+struct OpenedFile {
+  std::unique_ptr<ScopedFd> fd;
+  uint64_t file_size = 0;
+  uint64_t header_size = 0;
+  JsonValue json;  // an object
+};
+
+// Opens `path` and parses its header. NOT_FOUND and other errno-derived codes
+// for I/O failures, DATA_LOSS when truncated, INVALID_ARGUMENT for a header
+// that is not a JSON object; each naming the file.
+absl::StatusOr<OpenedFile> OpenSafetensors(const std::string& path) {
+  OpenedFile file;
+  file.fd =
+      std::make_unique<ScopedFd>(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  const ScopedFd& fd = *file.fd;
   if (fd.get() < 0)
     return absl::ErrnoToStatus(errno, absl::StrCat("cannot open ", path));
   struct stat st;
@@ -519,6 +536,7 @@ absl::StatusOr<std::vector<float>> ReadSafetensors(
         absl::StrCat(path, ": not a regular file"));
   }
   const uint64_t file_size = static_cast<uint64_t>(st.st_size);
+  file.file_size = file_size;
   if (file_size < 8) {
     return absl::DataLossError(
         absl::StrCat(path, ": truncated: ", file_size,
@@ -530,6 +548,7 @@ absl::StatusOr<std::vector<float>> ReadSafetensors(
       ReadAt(fd.get(), reinterpret_cast<char*>(length), 8, 0, path));
   uint64_t header_size = 0;
   for (int i = 7; i >= 0; --i) header_size = (header_size << 8) | length[i];
+  file.header_size = header_size;
   if (header_size > kMaxHeaderBytes || header_size < 2) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": header length ", header_size, " is not in [2, ",
@@ -552,7 +571,18 @@ absl::StatusOr<std::vector<float>> ReadSafetensors(
     return absl::InvalidArgumentError(absl::StrCat(
         path, ": header is ", KindName(json->kind), ", expected an object"));
   }
+  file.json = *std::move(json);
+  return file;
+}
 
+absl::StatusOr<std::vector<float>> ReadSafetensors(
+    const std::string& path, const ModelSpec& spec,
+    std::map<std::string, std::string>* metadata) {
+  FEDLEARN_ASSIGN_OR_RETURN(OpenedFile file, OpenSafetensors(path));
+  const ScopedFd& fd = *file.fd;
+  const uint64_t file_size = file.file_size;
+  const uint64_t header_size = file.header_size;
+  const JsonValue* json = &file.json;
   absl::flat_hash_map<absl::string_view, const TensorSpec*> by_name;
   for (const TensorSpec& t : spec.tensors) by_name[t.name] = &t;
   std::map<std::string, std::string> pairs;
@@ -628,6 +658,91 @@ absl::StatusOr<std::vector<float>> ReadSafetensors(
   }
   if (metadata != nullptr) *metadata = std::move(pairs);
   return values;
+}
+
+absl::StatusOr<SafetensorsModel> ReadSafetensorsModel(const std::string& path) {
+  FEDLEARN_ASSIGN_OR_RETURN(OpenedFile file, OpenSafetensors(path));
+  // The spec first: every tensor's name and shape, in the order of its data.
+  struct Found {
+    uint64_t begin;
+    TensorDecl decl;
+  };
+  std::vector<Found> found;
+  std::string name = std::filesystem::path(path).stem().string();
+  for (const auto& [key, value] : file.json.object) {
+    if (key == kMetadataKey) {
+      if (value.kind != JsonValue::Kind::kObject) continue;  // checked below
+      for (const auto& [k, v] : value.object) {
+        if (k == "model" && v.kind == JsonValue::Kind::kString) name = v.string;
+      }
+      continue;
+    }
+    const auto invalid = [&](absl::string_view what) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": tensor ", key, ": ", what));
+    };
+    if (value.kind != JsonValue::Kind::kObject) {
+      return invalid(absl::StrCat("entry is ", KindName(value.kind),
+                                  ", expected an object"));
+    }
+    Found f{0, {key, {}, Init::kZeros}};
+    bool has_dtype = false, has_shape = false, has_offsets = false;
+    for (const auto& [field, v] : value.object) {
+      if (field == "dtype") {
+        if (v.kind != JsonValue::Kind::kString) {
+          return invalid("dtype is not a string");
+        }
+        if (v.string != "F32") {
+          return invalid(absl::StrCat("dtype ", v.string,
+                                      "; a model's tensors must be F32"));
+        }
+        has_dtype = true;
+      } else if (field == "shape") {
+        if (v.kind != JsonValue::Kind::kArray) {
+          return invalid("shape is not an array");
+        }
+        for (const JsonValue& d : v.array) {
+          if (d.kind != JsonValue::Kind::kInteger ||
+              d.integer > (uint64_t{1} << 40)) {
+            return invalid("shape holds something other than a dimension");
+          }
+          f.decl.shape.push_back(static_cast<int64_t>(d.integer));
+        }
+        has_shape = true;
+      } else if (field == "data_offsets") {
+        if (v.kind != JsonValue::Kind::kArray || v.array.empty() ||
+            v.array[0].kind != JsonValue::Kind::kInteger) {
+          return invalid("data_offsets is not a pair of integers");
+        }
+        f.begin = v.array[0].integer;
+        has_offsets = true;
+      }
+    }
+    if (!has_dtype || !has_shape || !has_offsets) {
+      return invalid("needs \"dtype\", \"shape\" and \"data_offsets\"");
+    }
+    found.push_back(std::move(f));
+  }
+  if (found.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": holds no tensor"));
+  }
+  std::stable_sort(
+      found.begin(), found.end(),
+      [](const Found& a, const Found& b) { return a.begin < b.begin; });
+  std::vector<TensorDecl> decls;
+  for (Found& f : found) decls.push_back(std::move(f.decl));
+  absl::StatusOr<ModelSpec> spec = MakeModelSpec(name, std::move(decls));
+  if (!spec.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": ", spec.status().message()));
+  }
+  // Then the values, with every check of a model's file (extents, sizes,
+  // truncation).
+  SafetensorsModel model;
+  FEDLEARN_ASSIGN_OR_RETURN(model.values,
+                            ReadSafetensors(path, *spec, &model.metadata));
+  model.spec = *std::move(spec);
+  return model;
 }
 
 }  // namespace fedlearn

@@ -38,6 +38,13 @@ absl::Status WriteSafetensors(
     absl::Span<const float> values,
     const std::map<std::string, std::string>& metadata = {});
 
+// Everything of such a file before its data: the 8-byte length and the
+// header. The file is this followed by the spec.num_parameters floats, which
+// lets a server stream a model without copying it (GET /api/model.safetensors).
+std::string SafetensorsPrefix(
+    const ModelSpec& spec,
+    const std::map<std::string, std::string>& metadata = {});
+
 // Reads a safetensors file holding exactly the tensors of `spec` and returns
 // their values as one flat vector in the spec's order (the file's tensors may
 // be in any order). When `metadata` is not null it receives the "__metadata__"
@@ -59,6 +66,21 @@ absl::Status WriteSafetensors(
 absl::StatusOr<std::vector<float>> ReadSafetensors(
     const std::string& path, const ModelSpec& spec,
     std::map<std::string, std::string>* metadata = nullptr);
+
+// A model defined by a safetensors file (--model=PATH.safetensors): the file's
+// tensors, in the order of their data, make the spec, and their values the
+// initial weights. The spec's name is the file's "model" metadata (what
+// fedlearn writes into the models it saves) or else the file's stem.
+struct SafetensorsModel {
+  ModelSpec spec;
+  std::vector<float> values;
+  std::map<std::string, std::string> metadata;
+};
+
+// Reads such a file. Errors as ReadSafetensors, each naming the file and the
+// tensor, plus INVALID_ARGUMENT for a tensor whose dtype is not F32, a
+// dimension of 0, or a file with no tensor.
+absl::StatusOr<SafetensorsModel> ReadSafetensorsModel(const std::string& path);
 
 }  // namespace fedlearn
 

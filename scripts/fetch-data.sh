@@ -5,7 +5,7 @@
 #                        converted losslessly to IDX and split 8,000 train / 2,000 test
 #   data/fashion-mnist/  Debian's dataset-fashion-mnist (60,000 train, 10,000 test, IDX.gz)
 # Both use the standard file names (train-images-idx3-ubyte[.gz], train-labels-idx1-ubyte,
-# t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte), so common/idx.h's LoadMnistDir reads them.
+# t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte), so client/idx.h's LoadMnistDir reads them.
 #
 # Idempotent: when both directories are complete it prints nothing and exits 0. Each
 # directory is built in a scratch directory and renamed into place, so an interrupted run

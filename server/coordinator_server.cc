@@ -8,8 +8,10 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/model_spec.h"
+#include "common/safetensors.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
 #include "server/coordinator_service.h"
@@ -21,15 +23,42 @@ namespace {
 
 constexpr char kServiceName[] = "fedlearn.v1.Coordinator";
 
+// The model to serve and its initial weights: a registry architecture
+// initialised from `seed`, or the tensors of a safetensors file.
+absl::Status LoadModel(const CoordinatorOptions& options, ModelSpec* spec,
+                       std::vector<float>* initial) {
+  if (absl::EndsWith(options.model, ".safetensors")) {
+    absl::StatusOr<SafetensorsModel> file = ReadSafetensorsModel(options.model);
+    if (!file.ok()) {
+      return absl::Status(file.status().code(),
+                          absl::StrCat("--model: ", file.status().message()));
+    }
+    *spec = std::move(file->spec);
+    *initial = std::move(file->values);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<ModelSpec> known = LookupModel(options.model);
+  if (!known.ok()) {
+    return absl::Status(
+        known.status().code(),
+        absl::StrCat("--model: ", known.status().message(),
+                     " (or give a PATH.safetensors of float32 tensors)"));
+  }
+  *spec = *std::move(known);
+  initial->assign(static_cast<size_t>(spec->num_parameters), 0.0f);
+  InitializeParameters(*spec, options.seed, absl::MakeSpan(*initial));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     const CoordinatorOptions& options, const std::string& address,
     std::shared_ptr<grpc::ServerCredentials> credentials) {
   FEDLEARN_RETURN_IF_ERROR(options.Validate());
-  FEDLEARN_ASSIGN_OR_RETURN(ModelSpec spec, LookupModel(options.model));
-  std::vector<float> initial(static_cast<size_t>(spec.num_parameters));
-  InitializeParameters(spec, options.seed, absl::MakeSpan(initial));
+  ModelSpec spec;
+  std::vector<float> initial;
+  FEDLEARN_RETURN_IF_ERROR(LoadModel(options, &spec, &initial));
   std::unique_ptr<StateStore> store;
   std::optional<SavedRun> resume;
   if (!options.state_dir.empty()) {

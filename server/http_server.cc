@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/log.h"
+#include "common/safetensors.h"
 #include "server/metrics.h"
 #include "server/model_stats.h"
 #include "server/run_controller.h"
@@ -99,6 +100,37 @@ void HttpServer::Impl::Routes() {
                 res.set_content(RenderHistoryCsv(status),
                                 "text/csv; charset=utf-8; header=present");
               });
+  // The current global model as a safetensors file, streamed from the
+  // immutable snapshot of the moment of the request: no copy per request, and
+  // a new model version meanwhile does not change what this one sends.
+  server->Get("/api/model.safetensors", [this](const httplib::Request&,
+                                               httplib::Response& res) {
+    int64_t round = 0;
+    Weights weights = controller->global_weights(&round);
+    auto prefix = std::make_shared<const std::string>(SafetensorsPrefix(
+        controller->spec(), {{"run_id", controller->run_id()},
+                             {"model", controller->spec().name},
+                             {"round", absl::StrCat(round)}}));
+    const size_t size = prefix->size() + weights->size() * sizeof(float);
+    res.set_header("Cache-Control", "no-store");
+    res.set_header(
+        "Content-Disposition",
+        absl::StrCat("attachment; filename=\"", controller->spec().name,
+                     "-round", round, ".safetensors\""));
+    res.set_content_provider(
+        size, "application/octet-stream",
+        [prefix, weights](size_t offset, size_t length,
+                          httplib::DataSink& sink) {
+          constexpr size_t kPiece = size_t{1} << 20;
+          length = std::min(length, kPiece);
+          if (offset < prefix->size()) {
+            length = std::min(length, prefix->size() - offset);
+            return sink.write(prefix->data() + offset, length);
+          }
+          const char* data = reinterpret_cast<const char*>(weights->data());
+          return sink.write(data + (offset - prefix->size()), length);
+        });
+  });
   server->Get(
       "/metrics", [this](const httplib::Request&, httplib::Response& res) {
         RunCounters counters;

@@ -51,7 +51,8 @@ ABSL_FLAG(std::string, strategy_config, "",
           "0.1 beta_1: 0.9\") or in a file; knobs left out take the "
           "strategy's defaults");
 ABSL_FLAG(std::string, model, "mnist_cnn",
-          "model: mnist_cnn, fedavg_cnn or mlp_2nn");
+          "model: mnist_cnn, fedavg_cnn, mlp_2nn, or PATH.safetensors (its "
+          "float32 tensors are the model and its initial weights)");
 ABSL_FLAG(uint64_t, seed, 1,
           "seed of the initial weights and of client sampling");
 ABSL_FLAG(int, min_clients, 2,
@@ -80,6 +81,9 @@ ABSL_FLAG(int, batch_size, 10, "training plan: local batch size");
 ABSL_FLAG(std::string, optimizer, "adadelta",
           "training plan: adadelta, sgd, momentum or adam");
 ABSL_FLAG(double, learning_rate, 1.0, "training plan: learning rate");
+ABSL_FLAG(bool, reset_client_optimizer, false,
+          "training plan: clients start every round with a fresh optimizer "
+          "state (false: they keep theirs across rounds)");
 ABSL_FLAG(
     double, validation_fraction, 0.1,
     "training plan: share of local training data held out for validation");
@@ -155,6 +159,7 @@ absl::StatusOr<CoordinatorOptions> OptionsFromFlags() {
   o.batch_size = absl::GetFlag(FLAGS_batch_size);
   o.optimizer = absl::GetFlag(FLAGS_optimizer);
   o.learning_rate = absl::GetFlag(FLAGS_learning_rate);
+  o.reset_client_optimizer = absl::GetFlag(FLAGS_reset_client_optimizer);
   o.validation_fraction = absl::GetFlag(FLAGS_validation_fraction);
   o.state_dir = absl::GetFlag(FLAGS_state_dir);
   o.join_token = absl::GetFlag(FLAGS_join_token);

@@ -90,6 +90,7 @@ v1::TrainingPlan CoordinatorOptions::Plan() const {
   plan.set_seed(seed);
   plan.set_input_mean(static_cast<float>(input_mean));
   plan.set_input_std(static_cast<float>(input_std));
+  plan.set_reset_optimizer(reset_client_optimizer);
   return plan;
 }
 

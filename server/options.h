@@ -75,6 +75,9 @@ struct CoordinatorOptions {
   std::string optimizer = "adadelta";
   double learning_rate = 1.0;
   double validation_fraction = 0.1;
+  // Clients start every round with a fresh optimizer state (else they keep
+  // theirs across rounds).
+  bool reset_client_optimizer = false;
   // Input standardisation (TrainingPlan.input_mean/std); input_std 0: p / 255.
   // The default is MNIST's pixel statistics.
   double input_mean = 0.1307;

@@ -610,6 +610,8 @@ v1::GetStatusResponse RunController::GetStatus(RunCounters* counters) const {
   v1::GetStatusResponse status;
   status.set_run_id(run_id_);
   *status.mutable_model() = spec_proto_;
+  status.set_strategy(strategy_.name);
+  status.set_strategy_config(strategy_.config.ShortDebugString());
   absl::MutexLock lock(&mu_);
   const absl::Time now = absl::Now();  // after the lock: no client seen later
   status.set_phase(phase_);

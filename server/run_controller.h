@@ -155,6 +155,7 @@ class RunController {
   const ModelSpec& spec() const { return spec_; }
   const CoordinatorOptions& options() const { return options_; }
   const std::string& strategy_name() const { return strategy_.name; }
+  const std::string& run_id() const { return run_id_; }
   int64_t chunk_bytes() const {
     return static_cast<int64_t>(options_.chunk_bytes);
   }

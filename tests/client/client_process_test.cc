@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <random>
 #include <string>
@@ -16,7 +17,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "common/idx.h"
+#include "client/idx.h"
+#include "common/model_spec.h"
+#include "common/safetensors.h"
 #include "fedlearn/v1/config.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -163,6 +166,57 @@ TEST_F(ClientProcessTest, AgentsRunToDoneAndExitZero) {
   EXPECT_THAT(client.output(), HasSubstr("partition 0): done: 2 rounds"));
   EXPECT_THAT(client.output(), HasSubstr("partition 1): done: 2 rounds"));
   EXPECT_EQ(coordinator.Wait(kTimeout), 0) << coordinator.output();
+}
+
+// --model=PATH.safetensors serves any model; fedlearn-client trains only the
+// registry's architectures and says so at Join.
+TEST_F(ClientProcessTest, AModelItCannotTrainIsRefusedAtJoin) {
+  absl::StatusOr<ModelSpec> mine =
+      MakeModelSpec("mine", {{"encoder.weight", {16, 784}, Init::kZeros},
+                             {"head.bias", {10}, Init::kZeros}});
+  ASSERT_TRUE(mine.ok());
+  const std::string path = *data_dir_ + "/mine.safetensors";
+  ASSERT_TRUE(WriteSafetensors(path, *mine,
+                               std::vector<float>(mine->num_parameters, 0.5f))
+                  .ok());
+  ChildProcess coordinator(
+      Coordinator({"--model=" + path, "--min_clients=1", "--max_rounds=1"}));
+  const int port = ListeningPort(coordinator);
+  ASSERT_GT(port, 0) << coordinator.output();
+  ChildProcess client(Client({}, port));
+  const std::optional<int> code = client.Wait(kTimeout);
+  ASSERT_TRUE(code.has_value());
+  EXPECT_NE(*code, 0);
+  EXPECT_THAT(client.output(),
+              HasSubstr("serves model \"mine\" (2 tensors, 12554 parameters), "
+                        "which fedlearn-client cannot train"));
+  EXPECT_THAT(client.output(), HasSubstr("Python SDK"));
+}
+
+// A model fedlearn saved keeps its registry name: agents go on training it.
+TEST_F(ClientProcessTest, ASavedRegistryModelTrainsAsThatModel) {
+  absl::StatusOr<ModelSpec> mlp = LookupModel("mlp_2nn");
+  ASSERT_TRUE(mlp.ok());
+  std::vector<float> weights(mlp->num_parameters);
+  InitializeParameters(*mlp, 5, absl::MakeSpan(weights));
+  const std::string path = *data_dir_ + "/model-000003.safetensors";
+  ASSERT_TRUE(
+      WriteSafetensors(path, *mlp, weights, {{"model", "mlp_2nn"}}).ok());
+  ChildProcess coordinator(Coordinator({"--model=" + path, "--min_clients=1",
+                                        "--max_rounds=1", "--done_grace=20s"}));
+  const int port = ListeningPort(coordinator);
+  ASSERT_GT(port, 0) << coordinator.output();
+  ChildProcess client(Client({}, port));
+  EXPECT_EQ(client.Wait(kTimeout), 0) << client.output();
+  EXPECT_EQ(coordinator.Wait(kTimeout), 0) << coordinator.output();
+}
+
+TEST_F(ClientProcessTest, AMalformedModelFileStopsTheCoordinatorWithExit2) {
+  const std::string path = *data_dir_ + "/broken.safetensors";
+  std::ofstream(path) << "not a safetensors file";
+  ChildProcess coordinator(Coordinator({"--model=" + path}));
+  EXPECT_EQ(coordinator.Wait(kTimeout), 2) << coordinator.output();
+  EXPECT_THAT(coordinator.output(), HasSubstr("--model: " + path));
 }
 
 TEST_F(ClientProcessTest, Int8UpdatesRunToDoneWithAQuarterOfTheUpload) {

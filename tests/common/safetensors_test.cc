@@ -476,3 +476,117 @@ TEST_F(SafetensorsTest, PythonWithNumpyReadsTheFile) {
 
 }  // namespace
 }  // namespace fedlearn
+
+namespace fedlearn {
+namespace {
+
+// --model=PATH.safetensors: the file defines the model.
+class SafetensorsModelTest : public SafetensorsTest {
+ protected:
+  absl::StatusOr<SafetensorsModel> ReadModel(const std::string& header,
+                                             const std::string& data) {
+    const std::string path = Path("model.safetensors");
+    WriteBytes(path, FileBytes(header, data));
+    return ReadSafetensorsModel(path);
+  }
+};
+
+TEST_F(SafetensorsModelTest, TheFilesTensorsInDataOrderAreTheModel) {
+  // b's data comes first, so b is the spec's first tensor: the data section
+  // is the flat parameter vector as it is. A 0-d tensor has one value.
+  absl::StatusOr<SafetensorsModel> model =
+      ReadModel(R"({"w":{"dtype":"F32","shape":[2,3],"data_offsets":[12,36]},)"
+                R"("b":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                R"("s":{"dtype":"F32","shape":[],"data_offsets":[8,12]}})",
+                FloatBytes({1, 2, 3, 4, 5, 6, 7, 8, 9}));
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ(model->spec.name, "model");  // the file's stem
+  ASSERT_EQ(model->spec.tensors.size(), 3u);
+  EXPECT_EQ(model->spec.tensors[0].name, "b");
+  EXPECT_EQ(model->spec.tensors[1].name, "s");
+  EXPECT_TRUE(model->spec.tensors[1].shape.empty());
+  EXPECT_EQ(model->spec.tensors[1].num_elements, 1);
+  EXPECT_EQ(model->spec.tensors[2].shape, std::vector<int64_t>({2, 3}));
+  EXPECT_EQ(model->spec.num_parameters, 9);
+  EXPECT_EQ(model->values, std::vector<float>({1, 2, 3, 4, 5, 6, 7, 8, 9}));
+}
+
+TEST_F(SafetensorsModelTest, ASavedModelKeepsItsRegistryName) {
+  const ModelSpec mlp = Lookup("mlp_2nn");
+  const std::vector<float> values = AwkwardValues(mlp.num_parameters, 3);
+  const std::string path = Path("model-000004.safetensors");
+  ASSERT_TRUE(WriteSafetensors(path, mlp, values, {{"model", "mlp_2nn"}}).ok());
+  absl::StatusOr<SafetensorsModel> model = ReadSafetensorsModel(path);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ(model->spec.name, "mlp_2nn");
+  ASSERT_EQ(model->spec.tensors.size(), mlp.tensors.size());
+  for (size_t i = 0; i < mlp.tensors.size(); ++i) {
+    EXPECT_EQ(model->spec.tensors[i].name, mlp.tensors[i].name);
+    EXPECT_EQ(model->spec.tensors[i].shape, mlp.tensors[i].shape);
+  }
+  ExpectBitExact(model->values, values);
+}
+
+TEST_F(SafetensorsModelTest, TwoHundredTensorsRoundTrip) {
+  std::vector<TensorDecl> decls;
+  for (int i = 0; i < 200; ++i) {
+    decls.push_back(
+        {absl::StrCat("layer", i, ".weight"), {i % 5 + 1, 3}, Init::kZeros});
+  }
+  absl::StatusOr<ModelSpec> spec = MakeModelSpec("many", std::move(decls));
+  ASSERT_TRUE(spec.ok());
+  const std::vector<float> values = AwkwardValues(spec->num_parameters, 9);
+  const std::string path = Path("many.safetensors");
+  ASSERT_TRUE(WriteSafetensors(path, *spec, values).ok());
+  absl::StatusOr<SafetensorsModel> model = ReadSafetensorsModel(path);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ(model->spec.tensors.size(), 200u);
+  EXPECT_EQ(model->spec.tensors[199].name, "layer199.weight");
+  ExpectBitExact(model->values, values);
+}
+
+TEST_F(SafetensorsModelTest, MalformedFilesAreClearErrors) {
+  const std::string data = FloatBytes({1, 2, 3, 4, 5, 6, 7, 8});
+  struct Case {
+    const char* what;
+    std::string header;
+    std::string data;
+    absl::StatusCode code;
+    const char* message;
+  };
+  const std::string w = kGoodW, b = kGoodB;
+  const std::vector<Case> cases = {
+      {"non-float dtype",
+       "{" + absl::StrReplaceAll(w, {{"F32", "I64"}}) + "," + b + "}", data,
+       absl::StatusCode::kInvalidArgument, "tensor w: dtype I64"},
+      {"half floats",
+       "{" + w + "," + absl::StrReplaceAll(b, {{"F32", "F16"}}) + "}", data,
+       absl::StatusCode::kInvalidArgument, "tensor b: dtype F16"},
+      {"bad JSON", "{" + w + "," + b, data, absl::StatusCode::kInvalidArgument,
+       "bad header"},
+      {"duplicate names", "{" + w + "," + w + "}", data,
+       absl::StatusCode::kInvalidArgument, "\"w\""},
+      {"overlapping offsets",
+       "{" + w + "," + absl::StrReplaceAll(b, {{"[24,32]", "[16,24]"}}) + "}",
+       data, absl::StatusCode::kInvalidArgument, "overlap"},
+      {"truncated", "{" + w + "," + b + "}", data.substr(0, 20),
+       absl::StatusCode::kDataLoss, "truncated"},
+      {"a zero dimension",
+       "{" + absl::StrReplaceAll(w, {{"[2,3]", "[0,3]"}}) + "," + b + "}", data,
+       absl::StatusCode::kInvalidArgument, "dimension 0"},
+      {"no tensor", R"({"__metadata__":{"model":"x"}})", "",
+       absl::StatusCode::kInvalidArgument, "holds no tensor"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<SafetensorsModel> model = ReadModel(c.header, c.data);
+    EXPECT_EQ(model.status().code(), c.code)
+        << c.what << ": " << model.status();
+    EXPECT_THAT(
+        model.status().message(),
+        AllOf(HasSubstr(Path("model.safetensors")), HasSubstr(c.message)))
+        << c.what;
+  }
+}
+
+}  // namespace
+}  // namespace fedlearn

@@ -4,6 +4,7 @@
 #include <grpcpp/create_channel.h>
 #include <signal.h>
 
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -11,6 +12,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "client/coordinator_client.h"
+#include "common/model_spec.h"
+#include "common/safetensors.h"
 #include "fedlearn/v1/config.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -68,6 +71,79 @@ TEST(CoordinatorProcessTest, SigtermShutsDownGracefully) {
       << poll.status();
   EXPECT_THAT(coordinator.output(), HasSubstr("shutting down"));
   EXPECT_THAT(coordinator.output(), HasSubstr("stopped; peak RSS"));
+}
+
+// One scripted client trains rounds up to `last` (inclusive) on the
+// coordinator at `port`: its update depends on the weights it was sent
+// (0.01 - 0.1 w), so every round's model depends on every earlier one.
+void TrainThrough(int port, int64_t last) {
+  auto client = Connect(port);
+  ASSERT_TRUE(client->Join(v1::JoinRequest()).ok());
+  for (int polls = 0; polls < 50; ++polls) {
+    auto task = client->RequestUpdate(absl::Seconds(5));
+    ASSERT_TRUE(task.ok()) << task.status();
+    if (task->task.type() != v1::TASK_TYPE_TRAIN) continue;
+    v1::UpdateHeader header;
+    header.set_round(task->task.round());
+    header.set_num_examples(10);
+    header.set_train_loss(1.0);
+    std::vector<float> delta(task->weights.size());
+    for (size_t i = 0; i < delta.size(); ++i) {
+      delta[i] = 0.01f - 0.1f * task->weights[i];
+    }
+    ASSERT_TRUE(client->PushUpdate(header, delta).ok());
+    // The push's reply comes after the round's save.
+    if (task->task.round() == last) return;
+  }
+  FAIL() << "no TRAIN for round " << last;
+}
+
+// A FedYogi run SIGKILLed after round 2 and restarted on its state directory
+// makes the same round-4 model, bit for bit, as a run never interrupted.
+TEST(CoordinatorProcessTest, KilledAndResumedRunMatchesTheUninterruptedOne) {
+  const std::string root = ::testing::TempDir() + "fedlearn-resume-XXXXXX";
+  std::string dir = root;
+  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  auto command = [&dir](const std::string& state) {
+    return Command({"--model=mlp_2nn", "--min_clients=1",
+                    "--clients_per_round=1", "--max_rounds=4",
+                    "--convergence_threshold=-inf", "--strategy=fedyogi",
+                    "--strategy_config=server_learning_rate: 0.05",
+                    "--state_dir=" + dir + "/" + state});
+  };
+  auto final_model = [&dir](const std::string& state) {
+    auto weights =
+        ReadSafetensors(dir + "/" + state + "/model-000004.safetensors",
+                        *LookupModel("mlp_2nn"));
+    EXPECT_TRUE(weights.ok()) << weights.status();
+    return weights.ok() ? *weights : std::vector<float>();
+  };
+  {
+    ChildProcess whole(command("whole"));
+    const int port = StartCoordinator(whole);
+    ASSERT_GT(port, 0) << whole.output();
+    TrainThrough(port, 4);
+    whole.Signal(SIGKILL);
+  }
+  {
+    ChildProcess first(command("split"));
+    const int port = StartCoordinator(first);
+    ASSERT_GT(port, 0) << first.output();
+    TrainThrough(port, 2);
+    first.Signal(SIGKILL);
+    first.Wait(kTimeout);
+  }
+  ChildProcess resumed(command("split"));
+  const int port = StartCoordinator(resumed);
+  ASSERT_GT(port, 0) << resumed.output();
+  EXPECT_THAT(resumed.output(), HasSubstr("at round 3 (2 rounds folded"));
+  TrainThrough(port, 4);
+  resumed.Signal(SIGKILL);
+  const std::vector<float> straight = final_model("whole");
+  ASSERT_FALSE(straight.empty());
+  EXPECT_EQ(final_model("split"), straight);
+  std::error_code ignored;
+  std::filesystem::remove_all(dir, ignored);
 }
 
 TEST(CoordinatorProcessTest, ExitsByItselfOnceTheRunIsDone) {
@@ -153,6 +229,51 @@ TEST(CoordinatorProcessTest, ConfigFileSetsOptionsAndFlagsWin) {
     ASSERT_TRUE(status.ok()) << status.status();
     EXPECT_EQ(status->model().name(),
               override_model ? "fedavg_cnn" : "mlp_2nn");
+  }
+}
+
+TEST(CoordinatorProcessTest, StrategyFromFlagsOrTheConfigFile) {
+  ChildProcess flags(Command(
+      {"--strategy=fedadam", "--strategy_config=tau: 0.01 beta_1: 0.5"}));
+  int port = StartCoordinator(flags);
+  ASSERT_GT(port, 0) << flags.output();
+  auto status = Connect(port)->GetStatus();
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->strategy(), "fedadam");
+  EXPECT_THAT(status->strategy_config(), HasSubstr("beta_1: 0.5"));
+  EXPECT_THAT(status->strategy_config(), HasSubstr("tau: 0.01"));
+  EXPECT_THAT(status->strategy_config(), HasSubstr("beta_2: 0.99"));
+
+  const std::string config = testing::WriteTempFile(
+      "coordinator.textproto",
+      "strategy: \"fedavgm\"\nstrategy_config { server_momentum: 0.7 }\n");
+  ChildProcess file(Command({"--config=" + config}));
+  port = StartCoordinator(file);
+  ASSERT_GT(port, 0) << file.output();
+  status = Connect(port)->GetStatus();
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->strategy(), "fedavgm");
+  EXPECT_THAT(status->strategy_config(), HasSubstr("server_momentum: 0.7"));
+}
+
+TEST(CoordinatorProcessTest, BadStrategyKnobsAreClearErrors) {
+  struct Case {
+    std::vector<std::string> flags;
+    std::string says;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{"--strategy=fedsgd"}, "--strategy: \"fedsgd\": expected one of"},
+           {{"--strategy=fedavg", "--strategy_config=beta_1: 0.9"},
+            "beta_1 does not apply to --strategy=fedavg"},
+           {{"--strategy=fedyogi", "--strategy_config=tau: -1"},
+            "tau must be > 0"},
+           {{"--strategy_config=server_learning_rate"}, "--strategy_config:1:"},
+           {{"--mode=async", "--async_buffer=0"},
+            "--async_buffer: must be at least 1"},
+       }) {
+    ChildProcess coordinator(Command(c.flags));
+    EXPECT_EQ(coordinator.Wait(kTimeout), 2) << c.flags.back();
+    EXPECT_THAT(coordinator.output(), HasSubstr(c.says)) << c.flags.back();
   }
 }
 

@@ -20,6 +20,7 @@
 #include "client/coordinator_client.h"
 #include "common/crc32c.h"
 #include "common/model_spec.h"
+#include "common/safetensors.h"
 #include "common/tensor_codec.h"
 #include "gmock/gmock.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -27,6 +28,7 @@
 #include "server/coordinator_server.h"
 #include "server/run_controller.h"
 #include "tests/server/scripted_clients.h"
+#include "tests/util/files.h"
 
 namespace fedlearn {
 namespace {
@@ -683,6 +685,72 @@ TEST_F(CoordinatorServiceTest, HealthIsServing) {
   grpc::health::v1::HealthCheckResponse response;
   ASSERT_TRUE(stub->Check(&context, request, &response).ok());
   EXPECT_EQ(response.status(), grpc::health::v1::HealthCheckResponse::SERVING);
+}
+
+// --- Any model --------------------------------------------------------------
+
+// A model of the user's own, from a safetensors file: a 0-d tensor, a
+// 1-element one, one larger than a chunk and 200 in all. It travels through
+// Join, TRAIN, the pushes and FedAvg exactly.
+TEST_F(CoordinatorServiceTest, AFileModelRoundTripsExactly) {
+  std::vector<TensorDecl> decls = {{"scalar", {}, Init::kZeros},
+                                   {"one", {1}, Init::kZeros},
+                                   {"big", {200, 300}, Init::kZeros}};
+  for (int i = 0; i < 197; ++i) {
+    decls.push_back({absl::StrCat("t", i), {i % 4 + 1, 2}, Init::kZeros});
+  }
+  absl::StatusOr<ModelSpec> spec = MakeModelSpec("mine", std::move(decls));
+  ASSERT_TRUE(spec.ok());
+  std::vector<float> initial(spec->num_parameters);
+  for (size_t i = 0; i < initial.size(); ++i) {
+    initial[i] = static_cast<float>(i % 1000) / 1024.0f - 0.25f;
+  }
+  testing::ScopedTempDir dir;
+  const std::string path = dir.Path("mine.safetensors");
+  ASSERT_TRUE(WriteSafetensors(path, *spec, initial).ok());
+
+  CoordinatorOptions options = SmallRun();
+  options.model = path;
+  options.min_clients = 2;
+  options.clients_per_round = 2;
+  options.max_rounds = 1;
+  Start(options);
+  auto a = Join();
+  auto b = Join();
+  EXPECT_EQ(a->spec().name, "mine");
+  ASSERT_EQ(a->spec().tensors.size(), 200u);
+  EXPECT_TRUE(a->spec().tensors[0].shape.empty());
+  EXPECT_EQ(a->spec().tensors[2].num_elements, 60000);  // 240 KB: 4 chunks
+  auto task_a = NextTask(*a);
+  auto task_b = NextTask(*b);
+  EXPECT_EQ(task_a.weights, initial);
+  EXPECT_EQ(task_b.weights, initial);
+  // Deltas of 1/8 (n = 100) and -1/4 (n = 300): the mean is -1/8 exactly.
+  ASSERT_TRUE(a->PushUpdate(Header(1, 100, 1.0),
+                            std::vector<float>(initial.size(), 0.125f))
+                  .ok());
+  ASSERT_TRUE(b->PushUpdate(Header(1, 300, 1.0),
+                            std::vector<float>(initial.size(), -0.25f))
+                  .ok());
+  std::vector<float> want = initial;
+  for (float& w : want) w -= 0.15625f;  // (12.5 - 75) / 400
+  EXPECT_EQ(Global(), want);
+}
+
+TEST_F(CoordinatorServiceTest, AMalformedModelFileIsAStartupError) {
+  testing::ScopedTempDir dir;
+  const std::string path = dir.Path("broken.safetensors");
+  testing::WriteBytes(path, std::string("\x05\0\0\0\0\0\0\0{\"a\":", 13));
+  CoordinatorOptions options = SmallRun();
+  options.model = path;
+  auto server = CoordinatorServer::Start(options, "127.0.0.1:0");
+  EXPECT_EQ(server.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(server.status().message(),
+              HasSubstr(absl::StrCat("--model: ", path)));
+  options.model = "resnet50";
+  EXPECT_THAT(
+      CoordinatorServer::Start(options, "127.0.0.1:0").status().message(),
+      HasSubstr("PATH.safetensors"));
 }
 
 // --- Async mode -------------------------------------------------------------

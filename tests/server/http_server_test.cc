@@ -25,11 +25,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "client/coordinator_client.h"
+#include "common/safetensors.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/coordinator_server.h"
 #include "server/run_controller.h"
 #include "tests/server/scripted_clients.h"
+#include "tests/util/files.h"
 
 namespace fedlearn {
 namespace {
@@ -253,6 +255,31 @@ TEST_F(HttpServerTest, HistoryCsvHasARowPerRound) {
   ASSERT_EQ(rows.size(), 3u);
   EXPECT_THAT(rows[1], ::testing::StartsWith("1,1,training,all,3,3,0,0,2,"));
   EXPECT_THAT(rows[2], ::testing::StartsWith("2,1,training,all,3,3,0,0,1,"));
+}
+
+// curl -o model.safetensors http://HOST:PORT/api/model.safetensors mid-run:
+// the current global model, a file ReadSafetensors (and numpy, PyTorch) reads
+// back bit for bit.
+TEST_F(HttpServerTest, TheGlobalModelDownloadsAsSafetensors) {
+  Start(SmallRun());
+  TrainRound(1, 0.25f);
+  auto response = Get("/api/model.safetensors");
+  ASSERT_TRUE(response);
+  EXPECT_EQ(response->status, 200);
+  EXPECT_EQ(response->get_header_value("Content-Type"),
+            "application/octet-stream");
+  EXPECT_THAT(response->get_header_value("Content-Disposition"),
+              HasSubstr("mlp_2nn-round1.safetensors"));
+  testing::ScopedTempDir dir;
+  const std::string path = dir.Path("model.safetensors");
+  testing::WriteBytes(path, response->body);
+  std::map<std::string, std::string> metadata;
+  auto weights = ReadSafetensors(path, server_->controller().spec(), &metadata);
+  ASSERT_TRUE(weights.ok()) << weights.status();
+  EXPECT_EQ(*weights, *server_->controller().global_weights());
+  EXPECT_EQ(metadata["round"], "1");
+  EXPECT_EQ(metadata["model"], "mlp_2nn");
+  EXPECT_EQ(metadata["run_id"], server_->controller().run_id());
 }
 
 TEST_F(HttpServerTest, ParametersDescribeTheGlobalModel) {
