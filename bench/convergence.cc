@@ -51,14 +51,15 @@
 #include "absl/time/time.h"
 #include "client/agent.h"
 #include "client/cnn_trainer.h"
+#include "client/idx.h"
+#include "client/partition.h"
 #include "common/flags.h"
-#include "common/idx.h"
-#include "common/partition.h"
 #include "common/safetensors.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
 #include "server/coordinator_server.h"
 #include "server/run_controller.h"
+#include "server/strategy/strategy.h"
 
 ABSL_FLAG(std::string, data_dir, "data/mnist",
           "IDX directory (train-*/t10k-* files, raw or .gz)");
@@ -84,6 +85,12 @@ ABSL_FLAG(double, target, 0.97,
 ABSL_FLAG(uint64_t, seed, 1,
           "seed of the partition and of the initial weights; agent i shuffles "
           "and drops out with seed 100 + i");
+ABSL_FLAG(std::string, strategy, "fedavg",
+          "the coordinator's --strategy (server/strategy/strategy.h)");
+ABSL_FLAG(std::string, strategy_config, "",
+          "its knobs, as the coordinator's --strategy_config takes them");
+ABSL_FLAG(bool, reset_client_optimizer, false,
+          "clients start every round with a fresh optimizer state");
 ABSL_FLAG(std::string, partitions_out, "",
           "if set, write the partition here as JSON "
           "{\"partitions\": [[train indices of client 0], ...]}");
@@ -161,6 +168,13 @@ absl::Status Run() {
   // peer takes it from the same flag.
   FEDLEARN_RETURN_IF_ERROR(
       ParseInputNorm(absl::GetFlag(FLAGS_input_norm), &options));
+  options.strategy = absl::GetFlag(FLAGS_strategy);
+  if (const std::string text = absl::GetFlag(FLAGS_strategy_config);
+      !text.empty()) {
+    FEDLEARN_ASSIGN_OR_RETURN(options.strategy_config,
+                              ParseStrategyConfig(text));
+  }
+  options.reset_client_optimizer = absl::GetFlag(FLAGS_reset_client_optimizer);
   options.round_timeout = absl::Minutes(10);
   options.client_timeout = absl::Minutes(5);  // 10 training agents, 2 cores
   FEDLEARN_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorServer> server,
@@ -219,11 +233,15 @@ absl::Status Run() {
       "{\"side\":\"fedlearn\",\"event\":\"start\",\"partition\":\"%s\","
       "\"model\":\"%s\",\"clients\":%d,\"clients_per_round\":%d,"
       "\"epochs\":%d,\"batch_size\":%d,\"client_sizes\":[%s],"
-      "\"test_examples\":%lld,\"max_rounds\":%d,\"target\":%.4f}\n",
+      "\"test_examples\":%lld,\"max_rounds\":%d,\"target\":%.4f,"
+      "\"strategy\":\"%s\",\"strategy_config\":\"%s\","
+      "\"reset_client_optimizer\":%s}\n",
       PartitionSchemeToString(scheme).c_str(), options.model.c_str(), clients,
       per_round, options.epochs, options.batch_size,
       absl::StrJoin(sizes, ",").c_str(), static_cast<long long>(test.size()),
-      max_rounds, target);
+      max_rounds, target, options.strategy.c_str(),
+      controller.GetStatus().strategy_config().c_str(),
+      options.reset_client_optimizer ? "true" : "false");
   {
     FEDLEARN_ASSIGN_OR_RETURN(EvalMetrics initial,
                               judge->Evaluate(*controller.global_weights()));

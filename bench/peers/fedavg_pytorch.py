@@ -18,8 +18,12 @@ process, of what fedlearn's coordinator and agents do in bench/convergence.cc:
     in a shuffled order (its own seeded generator), starting from the global weights,
     with Adadelta(lr=--learning_rate, default 1.0, rho=0.95, eps=1e-7) whose state the client keeps across
     rounds (also across rounds it is not selected in);
-  - the new global model is the mean of the selected clients' weights weighted by their
-    train size;
+  - the round's update Delta is the mean of the selected clients' weights weighted by
+    their train size, minus the global weights; --strategy's server optimizer applies it
+    (ServerOptimizer below, written from Reddi et al. 2021, Algorithm 2, in float64;
+    fedavg: the new global model is that mean), and --proximal_mu adds FedProx's
+    (mu / 2) ||w - w_global||^2 to every client's loss (Li et al. 2020);
+    --reset_optimizer gives every client a fresh Adadelta each round;
   - after every round the global model is evaluated on the whole test split.
 Clients train one after another on --threads threads (torch and OpenBLAS), on one shared
 model: a client owns only its optimizer state and generator, so 100 clients cost 100
@@ -137,11 +141,14 @@ class Client:
     (load_state_dict copies into them), so each client's Adadelta keeps its state keyed
     on the same tensors."""
 
-    def __init__(self, model, x, y, seed, lr):
+    def __init__(self, model, x, y, seed, lr, proximal_mu=0.0, reset_optimizer=False):
         self.model = model
         self.x, self.y = x, y
+        self.lr = lr
         self.optimizer = make_optimizer(model, lr)
         self.generator = torch.Generator().manual_seed(seed)
+        self.proximal_mu = proximal_mu
+        self.reset_optimizer = reset_optimizer
 
     def fit(self, global_state, batch_size, epochs):
         """`epochs` epochs from the global weights; returns (weights, mean train loss over
@@ -149,6 +156,9 @@ class Client:
         before the next client trains."""
         self.model.load_state_dict(global_state)
         self.model.train()
+        if self.reset_optimizer:
+            self.optimizer = make_optimizer(self.model, self.lr)
+        anchor = [p.detach().clone() for p in self.model.parameters()]
         loss_sum = 0.0
         for _ in range(epochs):
             order = torch.randperm(len(self.y), generator=self.generator)
@@ -157,10 +167,86 @@ class Client:
                 x, y = self.x[index], self.y[index]
                 self.optimizer.zero_grad(set_to_none=True)
                 loss = F.cross_entropy(self.model(x), y)
-                loss.backward()
+                objective = loss
+                if self.proximal_mu > 0:
+                    objective = loss + self.proximal_mu / 2 * sum(
+                        ((p - a) ** 2).sum() for p, a in zip(self.model.parameters(), anchor))
+                objective.backward()
                 self.optimizer.step()
                 loss_sum += loss.item() * len(y)
         return self.model.state_dict(), loss_sum / (len(self.y) * epochs)
+
+
+class ServerOptimizer:
+    """The server update of Reddi et al. 2021 ("Adaptive Federated Optimization",
+    Algorithm 2) and FedAvgM (Hsu et al. 2019), on the round's update Delta (the paper's
+    pseudo-gradient is -Delta), in float64:
+      fedavg, fedprox  x = x + lr Delta
+      fedavgm          v = momentum v + Delta;  x = x + lr v
+      fedadagrad       m = b1 m + (1 - b1) Delta;  v = v + Delta^2
+      fedadam          m as above;  v = b2 v + (1 - b2) Delta^2
+      fedyogi          m as above;  v = v - (1 - b2) Delta^2 sign(v - Delta^2)
+      adaptive ones    x = x + lr_t m / (sqrt(v) + tau), m_{-1} = 0, v_{-1} = tau^2,
+                       lr_t = lr, or lr sqrt(1 - b2^t) / (1 - b1^t) with bias_correction.
+    """
+
+    ADAPTIVE = ("fedadagrad", "fedadam", "fedyogi")
+
+    def __init__(self, name, lr, momentum=0.9, beta_1=0.9, beta_2=0.99, tau=1e-3,
+                 bias_correction=False):
+        self.name, self.lr, self.momentum = name, lr, momentum
+        self.b1, self.b2, self.tau, self.bias_correction = beta_1, beta_2, tau, bias_correction
+        self.t = 0
+        self.m, self.v = {}, {}
+
+    def step(self, x, delta):
+        """The next global state from `x` and `delta` (dicts of tensors)."""
+        self.t += 1
+        out = {}
+        for k, d in delta.items():
+            d = d.double()
+            xk = x[k].double()
+            if self.name in ("fedavg", "fedprox"):
+                out[k] = xk + self.lr * d
+            elif self.name == "fedavgm":
+                self.v[k] = self.momentum * self.v.get(k, torch.zeros_like(d)) + d
+                out[k] = xk + self.lr * self.v[k]
+            else:
+                m = self.m.get(k, torch.zeros_like(d))
+                v = self.v.get(k, torch.full_like(d, self.tau ** 2))
+                m = self.b1 * m + (1 - self.b1) * d
+                d2 = d * d
+                if self.name == "fedadagrad":
+                    v = v + d2
+                elif self.name == "fedadam":
+                    v = self.b2 * v + (1 - self.b2) * d2
+                else:  # fedyogi
+                    v = v - (1 - self.b2) * d2 * torch.sign(v - d2)
+                self.m[k], self.v[k] = m, v
+                lr = self.lr
+                if self.bias_correction:
+                    lr *= (1 - self.b2 ** self.t) ** 0.5 / (1 - self.b1 ** self.t)
+                out[k] = xk + lr * m / (v.sqrt() + self.tau)
+            out[k] = out[k].to(x[k].dtype)
+        return out
+
+
+def self_test():
+    """The server optimizers against steps worked out by hand: tau 1 (v starts at 1),
+    b1 = b2 = 0.5, lr 1, Delta = [1, 3] from x = 0: m = [0.5, 1.5];
+    fedadagrad v = [2, 10], fedadam v = [1, 5], fedyogi v = [1, 5.5]; x = m / (sqrt(v) + 1).
+    fedavgm (momentum 0.5): Delta [1, 2] then [1, -2] gives x [1, 2] then [2.5, 1]."""
+    x = {"w": torch.zeros(2)}
+    delta = {"w": torch.tensor([1.0, 3.0])}
+    for name, v in (("fedadagrad", (2, 10)), ("fedadam", (1, 5)), ("fedyogi", (1, 5.5))):
+        got = ServerOptimizer(name, 1.0, beta_1=0.5, beta_2=0.5, tau=1.0).step(x, delta)["w"]
+        want = [0.5 / (v[0] ** 0.5 + 1), 1.5 / (v[1] ** 0.5 + 1)]
+        assert all(abs(float(g) - w) < 1e-6 for g, w in zip(got, want)), (name, got, want)
+    m = ServerOptimizer("fedavgm", 1.0, momentum=0.5)
+    x1 = m.step(x, {"w": torch.tensor([1.0, 2.0])})
+    x2 = m.step(x1, {"w": torch.tensor([1.0, -2.0])})
+    assert x1["w"].tolist() == [1.0, 2.0] and x2["w"].tolist() == [2.5, 1.0], (x1, x2)
+    print(json.dumps({"side": "pytorch", "event": "self_test", "ok": True}), flush=True)
 
 
 def replayed_selections(path):
@@ -174,6 +260,14 @@ def replayed_selections(path):
                     sys.exit(f"{path}: round {row['round']} has an unknown client")
                 selections[row["round"]] = row["selected"]
     return selections
+
+
+def parse_knobs(text):
+    """ "a: 1 b: true" (a StrategyConfig's one-line text format) -> {"a": 1.0, "b": 1.0}."""
+    words = text.replace(":", " ").split()
+    if len(words) % 2:
+        sys.exit(f"--strategy_config: cannot read {text!r}")
+    return {k: float({"true": 1, "false": 0}.get(v, v)) for k, v in zip(words[::2], words[1::2])}
 
 
 def main():
@@ -199,11 +293,24 @@ def main():
     parser.add_argument("--input_norm", default="none",
                         help="as fedlearn-coordinator's: none (p/255), mnist, fashion-mnist "
                              "or MEAN,STD")
+    parser.add_argument("--strategy", default="fedavg",
+                        choices=["fedavg", "fedprox", "fedavgm"] + list(ServerOptimizer.ADAPTIVE))
+    parser.add_argument("--strategy_config", default="",
+                        help='the knobs every one resolved, as fedlearn prints them in '
+                             'GetStatus and convergence\'s start line: "server_learning_rate: '
+                             '0.01 beta_1: 0.9 ..."')
+    parser.add_argument("--reset_optimizer", action="store_true",
+                        help="every client starts each round with a fresh Adadelta")
+    parser.add_argument("--self_test", action="store_true",
+                        help="check the server optimizers against hand-worked steps, then exit")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--seed", type=int, default=1,
                         help="client i shuffles and drops out from seed * 1000 + i; own "
                              "sampling draws from numpy's default_rng(seed)")
     args = parser.parse_args()
+    if args.self_test:
+        self_test()
+        return
 
     set_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -215,7 +322,17 @@ def main():
     with open(args.partitions) as f:
         partitions = json.load(f)["partitions"]
     model = MODELS[args.model]()
-    clients = [Client(model, train_x[p], train_y[p], args.seed * 1000 + i, args.learning_rate)
+    knobs = parse_knobs(args.strategy_config)
+    if knobs.get("clip_norm", 0) > 0:
+        sys.exit("--strategy_config: clip_norm is not simulated here")
+    server = ServerOptimizer(args.strategy, knobs.get("server_learning_rate", 1.0),
+                             momentum=knobs.get("server_momentum", 0.9),
+                             beta_1=knobs.get("beta_1", 0.9), beta_2=knobs.get("beta_2", 0.99),
+                             tau=knobs.get("tau", 1e-3),
+                             bias_correction=bool(knobs.get("bias_correction", False)))
+    mu = knobs.get("proximal_mu", 0.0)
+    clients = [Client(model, train_x[p], train_y[p], args.seed * 1000 + i, args.learning_rate,
+                      proximal_mu=mu, reset_optimizer=args.reset_optimizer)
                for i, p in enumerate(partitions)]
     sizes = [len(p) for p in partitions]
     per_round = args.clients_per_round or len(clients)
@@ -256,14 +373,15 @@ def main():
             sampling = "own"
             selected = sorted(sampler.choice(len(clients), per_round, replace=False).tolist())
         total = sum(sizes[i] for i in selected)
-        acc = {k: torch.zeros_like(v) for k, v in global_state.items()}
+        acc = {k: torch.zeros_like(v, dtype=torch.float64) for k, v in global_state.items()}
         train_loss = 0.0
         for i in selected:
             weights, loss = clients[i].fit(global_state, args.batch_size, args.epochs)
             for k in acc:
-                acc[k].add_(weights[k], alpha=sizes[i] / total)
+                acc[k].add_(weights[k].double() - global_state[k].double(),
+                            alpha=sizes[i] / total)
             train_loss += loss * sizes[i] / total
-        global_state = acc
+        global_state = server.step(global_state, acc)
         round_seconds = time.perf_counter() - start
         elapsed += round_seconds
         test_loss, test_acc = judge()

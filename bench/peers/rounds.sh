@@ -20,7 +20,9 @@ require_data() {
 # rounds_table.py's result line in $tmp/LABEL.result. The FLAGs go to both sides (flags
 # both take: --model, --clients_per_round, --epochs, --input_norm, --learning_rate); $fedlearn_flags (an array, may be
 # empty) adds flags for convergence only. The peer uses convergence's partition and initial
-# weights and replays the clients its coordinator sampled, round by round.
+# weights and replays the clients its coordinator sampled, round by round, with the
+# strategy convergence ran (its start line). PEER=0 runs fedlearn only (no table, no
+# result line).
 run_rounds() {
   local label=$1 data=$2 target=$3 rounds=$4
   shift 4
@@ -33,10 +35,26 @@ run_rounds() {
     --initial_out="$out.initial.safetensors" "$@" ${fedlearn_flags[@]+"${fedlearn_flags[@]}"} \
     2>"$out.fedlearn.log" | tee "$out.fedlearn.jsonl" ||
     { tail -20 "$out.fedlearn.log" >&2; exit 1; }
-  echo "== $label: PyTorch (same partition and initial weights, fedlearn's sampled clients)"
+  # The peer runs fedlearn's strategy with the knobs fedlearn resolved (its start line),
+  # so that defaults are written once, in server/strategy/strategy.cc.
+  local peer_strategy=()
+  mapfile -t peer_strategy < <("$python" -c '
+import json, sys
+for line in open(sys.argv[1]):
+    row = json.loads(line)
+    if row.get("event") == "start":
+        print("--strategy=" + row.get("strategy", "fedavg"))
+        print("--strategy_config=" + row.get("strategy_config", ""))
+        if row.get("reset_client_optimizer"):
+            print("--reset_optimizer")
+        break' "$out.fedlearn.jsonl")
+  [ "${PEER:-1}" = 0 ] && return 0
+  echo "== $label: PyTorch (same partition and initial weights, fedlearn's sampled clients;" \
+    "${peer_strategy[*]})"
   "${peer_env[@]}" "$python" bench/peers/fedavg_pytorch.py --data_dir="$data" \
     --partitions="$out.partitions.json" --initial="$out.initial.safetensors" \
-    --replay="$out.fedlearn.jsonl" --rounds="$rounds" --target="$target" --threads="${PEER_THREADS:-2}" "$@" |
+    --replay="$out.fedlearn.jsonl" --rounds="$rounds" --target="$target" \
+    --threads="${PEER_THREADS:-2}" "${peer_strategy[@]}" "$@" |
     tee "$out.pytorch.jsonl"
   "$python" bench/peers/rounds_table.py "$out.fedlearn.jsonl" "$out.pytorch.jsonl" \
     "$target" "$out.result"
