@@ -28,8 +28,8 @@ fedavgm||
 fedadam||
 fedyogi||
 fedadagrad||
-fedavgm|server_learning_rate: 1 server_momentum: 0.9|--reset_client_optimizer
-fedadam|server_learning_rate: 0.003|--reset_client_optimizer'
+fedavgm||--reset_client_optimizer
+fedavgm|proximal_mu: 0.1|--reset_client_optimizer'
 settings="${SETTINGS:-$default_settings}"
 
 tmp=$(mktemp -d)

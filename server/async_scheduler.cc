@@ -111,18 +111,10 @@ absl::StatusOr<Acceptance> AsyncScheduler::Accept(
   rounds.pushed = ticket.round;
   rounds.task = 0;
   accepted_.push_back(ticket.client_id);
-  const double examples = static_cast<double>(header.num_examples());
-  loss_.Add(header.train_loss(), examples);
-  accuracy_.Add(header.train_accuracy(), examples);
-  if (header.num_validation_examples() > 0) {
-    const double vw = static_cast<double>(header.num_validation_examples());
-    validation_loss_.Add(header.validation_loss(), vw);
-    validation_accuracy_.Add(header.validation_accuracy(), vw);
-  }
-  num_examples_ += header.num_examples();
-  bytes_received_ += bytes;
+  metrics_.Add(AnswerMetrics::FromHeader(header, bytes));
   max_staleness_seen_ = std::max(max_staleness_seen_, staleness);
-  window_loss_.Add(header.train_loss(), examples);
+  window_loss_.Add(header.train_loss(),
+                   static_cast<double>(header.num_examples()));
   ++window_updates_;
 
   Acceptance acceptance;
@@ -152,19 +144,10 @@ Closing AsyncScheduler::Close(absl::string_view outcome, int64_t version,
   }
   record.set_outcome(std::string(outcome));
   record.set_duration_seconds(absl::ToDoubleSeconds(now - step_start_));
-  record.set_bytes_received(bytes_received_);
   record.set_bytes_sent(bytes_sent_);
   record.set_staleness(max_staleness_seen_);
   record.set_update_scale(n > 0 ? scale_sum_ / n : 0);
-  v1::RoundMetrics* metrics = record.mutable_metrics();
-  metrics->set_num_examples(num_examples_);
-  metrics->set_train_loss(loss_.value());
-  metrics->set_train_accuracy(accuracy_.value());
-  if (validation_loss_.weight() > 0) {
-    metrics->set_has_validation(true);
-    metrics->set_validation_loss(validation_loss_.value());
-    metrics->set_validation_accuracy(validation_accuracy_.value());
-  }
+  metrics_.Fill(&record);
   // The convergence window: as many updates as alive clients, at least
   // min_clients; fewer would compare different clients' data.
   const int window = std::max(options_.min_clients, alive);
@@ -178,9 +161,7 @@ Closing AsyncScheduler::Close(absl::string_view outcome, int64_t version,
   // The next step starts now.
   step_start_ = now;
   accepted_.clear();
-  loss_ = accuracy_ = validation_loss_ = validation_accuracy_ = WeightedMean();
-  num_examples_ = 0;
-  bytes_received_ = 0;
+  metrics_ = StepMetrics();
   bytes_sent_ = 0;
   max_staleness_seen_ = 0;
   scale_sum_ = 0;

@@ -8,7 +8,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "server/scheduler.h"
-#include "server/weighted_mean.h"
+#include "server/step_metrics.h"
 
 namespace fedlearn {
 
@@ -85,9 +85,7 @@ class AsyncScheduler final : public Scheduler {
   // The open step (version): its updates so far.
   absl::Time step_start_;
   std::vector<std::string> accepted_;
-  WeightedMean loss_, accuracy_, validation_loss_, validation_accuracy_;
-  int64_t num_examples_ = 0;
-  int64_t bytes_received_ = 0;
+  StepMetrics metrics_;
   int64_t bytes_sent_ = 0;
   int64_t max_staleness_seen_ = 0;
   double scale_sum_ = 0;

@@ -26,19 +26,10 @@ int Cohort::quorum() const {
   return std::clamp(quorum, 1, std::max(selected, 1));
 }
 
-void Cohort::Add(const std::string& id, const Answer& answer) {
+void Cohort::Add(const std::string& id, const AnswerMetrics& answer) {
   answered_.push_back(id);
   answered_set_.insert(id);
-  const double weight = static_cast<double>(answer.num_examples);
-  loss_.Add(answer.loss, weight);
-  accuracy_.Add(answer.accuracy, weight);
-  if (answer.num_validation_examples > 0) {
-    const double vw = static_cast<double>(answer.num_validation_examples);
-    validation_loss_.Add(answer.validation_loss, vw);
-    validation_accuracy_.Add(answer.validation_accuracy, vw);
-  }
-  num_examples_ += answer.num_examples;
-  bytes_received_ += answer.bytes;
+  metrics_.Add(answer);
 }
 
 absl::string_view Cohort::Outcome() const {
@@ -67,17 +58,8 @@ v1::RoundRecord Cohort::Record(absl::string_view outcome, absl::Time now,
   record.set_dropped(dropped);
   record.set_outcome(std::string(outcome));
   record.set_duration_seconds(absl::ToDoubleSeconds(now - start_));
-  record.set_bytes_received(bytes_received_);
   record.set_bytes_sent(bytes_sent_);
-  v1::RoundMetrics* metrics = record.mutable_metrics();
-  metrics->set_num_examples(num_examples_);
-  metrics->set_train_loss(loss_.value());
-  metrics->set_train_accuracy(accuracy_.value());
-  if (validation_loss_.weight() > 0) {
-    metrics->set_has_validation(true);
-    metrics->set_validation_loss(validation_loss_.value());
-    metrics->set_validation_accuracy(validation_accuracy_.value());
-  }
+  metrics_.Fill(&record);
   return record;
 }
 

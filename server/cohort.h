@@ -11,8 +11,8 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "fedlearn/v1/coordinator.pb.h"
+#include "server/step_metrics.h"
 #include "server/task.h"
-#include "server/weighted_mean.h"
 
 namespace fedlearn {
 
@@ -42,18 +42,8 @@ class Cohort {
   int answered() const { return static_cast<int>(answered_.size()); }
   int quorum() const;
 
-  // Records `id`'s answer (it must be selected and not have answered) with
-  // its metrics.
-  struct Answer {
-    int64_t num_examples = 0;
-    double loss = 0;
-    double accuracy = 0;
-    int64_t num_validation_examples = 0;
-    double validation_loss = 0;
-    double validation_accuracy = 0;
-    int64_t bytes = 0;
-  };
-  void Add(const std::string& id, const Answer& answer);
+  // Records `id`'s answer (it must be selected and not have answered).
+  void Add(const std::string& id, const AnswerMetrics& answer);
 
   // "all" or "quorum" when the answers close the attempt; empty otherwise.
   absl::string_view Outcome() const;
@@ -71,9 +61,7 @@ class Cohort {
   v1::RoundRecord Record(absl::string_view outcome, absl::Time now,
                          int dropped) const;
 
-  const WeightedMean& loss() const { return loss_; }
-  const WeightedMean& accuracy() const { return accuracy_; }
-  int64_t num_examples() const { return num_examples_; }
+  const StepMetrics& metrics() const { return metrics_; }
 
  private:
   const int64_t round_;
@@ -85,9 +73,7 @@ class Cohort {
   const absl::Time deadline_;
   std::vector<std::string> answered_;  // in the order they came
   absl::flat_hash_set<std::string> answered_set_;
-  WeightedMean loss_, accuracy_, validation_loss_, validation_accuracy_;
-  int64_t num_examples_ = 0;
-  int64_t bytes_received_ = 0;
+  StepMetrics metrics_;
   int64_t bytes_sent_ = 0;
   std::vector<std::shared_ptr<CancelHandle>> in_flight_;
 };

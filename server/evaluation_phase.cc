@@ -49,7 +49,7 @@ absl::StatusOr<absl::string_view> EvaluationPhase::Report(
         ": report needs num_examples > 0, a finite loss and accuracy in [0, "
         "1]"));
   }
-  Cohort::Answer answer;
+  AnswerMetrics answer;
   answer.num_examples = request.num_examples();
   answer.loss = request.test_loss();
   answer.accuracy = request.test_accuracy();
@@ -67,9 +67,10 @@ EvaluationPhase::Closed EvaluationPhase::Close(absl::string_view outcome,
   closed.record.set_evaluation(true);
   if (outcome != "abandoned") {
     v1::EvaluationResult result;
-    result.set_test_loss(cohort->loss().value());
-    result.set_test_accuracy(cohort->accuracy().value());
-    result.set_num_examples(cohort->num_examples());
+    const StepMetrics& m = cohort->metrics();
+    result.set_test_loss(m.loss().value());
+    result.set_test_accuracy(m.accuracy().value());
+    result.set_num_examples(m.num_examples());
     result.set_num_clients(cohort->answered());
     closed.result = result;
   }

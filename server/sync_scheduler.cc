@@ -99,15 +99,7 @@ absl::StatusOr<Acceptance> SyncScheduler::Accept(
         absl::StrCat("client ", ticket.client_id, ": update for round ",
                      ticket.round, " already accepted"));
   }
-  Cohort::Answer answer;
-  answer.num_examples = header.num_examples();
-  answer.loss = header.train_loss();
-  answer.accuracy = header.train_accuracy();
-  answer.num_validation_examples = header.num_validation_examples();
-  answer.validation_loss = header.validation_loss();
-  answer.validation_accuracy = header.validation_accuracy();
-  answer.bytes = bytes;
-  cohort_->Add(ticket.client_id, answer);
+  cohort_->Add(ticket.client_id, AnswerMetrics::FromHeader(header, bytes));
   Acceptance acceptance;
   acceptance.weight = static_cast<double>(header.num_examples());
   acceptance.outcome = cohort_->Outcome();
@@ -123,7 +115,7 @@ Closing SyncScheduler::Close(absl::string_view outcome, int64_t /*version*/,
   closing.record = cohort->Record(
       outcome, now,
       static_cast<int>(cohort->selected().size()) - cohort->answered());
-  if (outcome != "abandoned") closing.loss = cohort->loss().value();
+  if (outcome != "abandoned") closing.loss = cohort->metrics().loss().value();
   closing.cancel = cohort->TakeInFlight();
   return closing;
 }
