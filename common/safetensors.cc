@@ -677,9 +677,10 @@ absl::StatusOr<SafetensorsModel> ReadSafetensorsModel(const std::string& path) {
       }
       continue;
     }
-    const auto invalid = [&](absl::string_view what) {
+    const std::string& tensor = key;  // a lambda cannot capture a binding
+    const auto invalid = [&path, &tensor](absl::string_view what) {
       return absl::InvalidArgumentError(
-          absl::StrCat(path, ": tensor ", key, ": ", what));
+          absl::StrCat(path, ": tensor ", tensor, ": ", what));
     };
     if (value.kind != JsonValue::Kind::kObject) {
       return invalid(absl::StrCat("entry is ", KindName(value.kind),
