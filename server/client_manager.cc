@@ -85,6 +85,12 @@ std::vector<std::string> ClientManager::Alive(absl::Time now) const {
   return alive;
 }
 
+int ClientManager::CountAlive(absl::Time now) const {
+  int alive = 0;
+  for (const auto& client : clients_) alive += IsAlive(*client, now) ? 1 : 0;
+  return alive;
+}
+
 std::vector<std::string> ClientManager::Sample(
     std::vector<std::string> candidates, int n) {
   const int available = static_cast<int>(candidates.size());

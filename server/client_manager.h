@@ -67,6 +67,8 @@ class ClientManager {
   bool IsAlive(const Client& client, absl::Time now) const;
   // Ids of the clients alive at `now`, in join order.
   std::vector<std::string> Alive(absl::Time now) const;
+  // How many that is, without building the list.
+  int CountAlive(absl::Time now) const;
 
   // `n` of `candidates` (ids of joined clients), drawn without replacement
   // from the seeded sampler: a partial Fisher-Yates shuffle over the

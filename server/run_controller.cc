@@ -349,15 +349,15 @@ void RunController::MaybeStartLocked(absl::Time now, Effects* effects) {
     return;
   }
   if (scheduler_->is_open()) return;
-  std::vector<std::string> alive = clients_.Alive(now);
+  // A count only: async mode reopens after every version and samples nobody.
   const std::optional<int> wanted =
-      scheduler_->WantClients(static_cast<int>(alive.size()));
+      scheduler_->WantClients(clients_.CountAlive(now));
   if (!wanted.has_value()) {
     phase_ = v1::PHASE_WAITING_FOR_CLIENTS;
     return;
   }
   std::vector<std::string> sampled;
-  if (*wanted > 0) sampled = clients_.Sample(std::move(alive), *wanted);
+  if (*wanted > 0) sampled = clients_.Sample(clients_.Alive(now), *wanted);
   Opening opening =
       scheduler_->Open(std::move(sampled), global_, plan_, version_, now);
   phase_ = v1::PHASE_TRAINING;
@@ -457,8 +457,8 @@ void RunController::RecordRejection(Rejection reason) {
 
 void RunController::CloseStepLocked(absl::string_view outcome, absl::Time now,
                                     Effects* effects) {
-  const int alive = static_cast<int>(clients_.Alive(now).size());
-  Closing closing = scheduler_->Close(outcome, version_, alive, now);
+  Closing closing =
+      scheduler_->Close(outcome, version_, clients_.CountAlive(now), now);
   v1::RoundRecord& record = closing.record;
   *record.mutable_rejected() = history_.attempt_rejections();
   for (auto& handle : closing.cancel) effects->cancels.push_back(handle);

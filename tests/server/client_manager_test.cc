@@ -86,6 +86,8 @@ TEST(ClientManagerTest, AliveListsClientsInJoinOrder) {
   EXPECT_THAT(clients.Alive(t0 + absl::Seconds(5)),
               ElementsAre("client-1", "client-2", "client-3"));
   EXPECT_THAT(clients.Alive(t0 + absl::Seconds(25)), ElementsAre("client-2"));
+  EXPECT_EQ(clients.CountAlive(t0 + absl::Seconds(5)), 3);
+  EXPECT_EQ(clients.CountAlive(t0 + absl::Seconds(25)), 1);
 }
 
 TEST(ClientManagerTest, SamplingIsSeededAndIgnoresJoinOrder) {

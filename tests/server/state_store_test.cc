@@ -194,6 +194,29 @@ TEST(StateStoreTest, AModelLeftByAnotherRunIsNotTrusted) {
   EXPECT_EQ((*(**loaded).weights)[0], 0.1f);
 }
 
+// Three fresh clients join `server` and train rounds `first` to `last`, each
+// pushing 0.01 x round everywhere; each checks it was sent the global model.
+std::vector<std::unique_ptr<CoordinatorClient>> Train(CoordinatorServer& server,
+                                                      int64_t first,
+                                                      int64_t last) {
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server.port()),
+                                     grpc::InsecureChannelCredentials());
+  std::vector<std::unique_ptr<CoordinatorClient>> clients;
+  for (int i = 0; i < 3; ++i) {
+    clients.push_back(std::make_unique<CoordinatorClient>(channel));
+    EXPECT_TRUE(clients.back()->Join(v1::JoinRequest()).ok());
+  }
+  for (int64_t round = first; round <= last; ++round) {
+    for (auto& c : clients) {
+      // Compared before the push: the round may close with it.
+      const Weights global = server.controller().global_weights();
+      EXPECT_EQ(testing::TrainConstant(*c, round, 0.01f * round).weights,
+                *global);
+    }
+  }
+  return clients;
+}
+
 class ResumeTest : public ::testing::Test {
  protected:
   std::unique_ptr<CoordinatorServer> Start() {
@@ -203,28 +226,6 @@ class ResumeTest : public ::testing::Test {
     auto server = CoordinatorServer::Start(options, "127.0.0.1:0");
     EXPECT_TRUE(server.ok()) << server.status();
     return server.ok() ? *std::move(server) : nullptr;
-  }
-
-  // Three fresh clients join `server` and train rounds `first` to `last`.
-  std::vector<std::unique_ptr<CoordinatorClient>> Train(
-      CoordinatorServer& server, int64_t first, int64_t last) {
-    auto channel =
-        grpc::CreateChannel(absl::StrCat("127.0.0.1:", server.port()),
-                            grpc::InsecureChannelCredentials());
-    std::vector<std::unique_ptr<CoordinatorClient>> clients;
-    for (int i = 0; i < 3; ++i) {
-      clients.push_back(std::make_unique<CoordinatorClient>(channel));
-      EXPECT_TRUE(clients.back()->Join(v1::JoinRequest()).ok());
-    }
-    for (int64_t round = first; round <= last; ++round) {
-      for (auto& c : clients) {
-        // Compared before the push: the round may close with it.
-        const Weights global = server.controller().global_weights();
-        EXPECT_EQ(testing::TrainConstant(*c, round, 0.01f * round).weights,
-                  *global);
-      }
-    }
-    return clients;
   }
 
   ScopedTempDir dir_;
@@ -293,27 +294,14 @@ TEST(ResumeStrategyTest, ResumedFedAdamRunMatchesTheUninterruptedOne) {
     options.strategy_config.set_server_learning_rate(0.1);
     return options;
   };
-  auto train = [](CoordinatorServer& server, int64_t first, int64_t last) {
-    auto channel =
-        grpc::CreateChannel(absl::StrCat("127.0.0.1:", server.port()),
-                            grpc::InsecureChannelCredentials());
-    std::vector<std::unique_ptr<CoordinatorClient>> clients;
-    for (int i = 0; i < 3; ++i) {
-      clients.push_back(std::make_unique<CoordinatorClient>(channel));
-      EXPECT_TRUE(clients.back()->Join(v1::JoinRequest()).ok());
-    }
-    for (int64_t round = first; round <= last; ++round) {
-      for (auto& c : clients) testing::TrainConstant(*c, round, 0.01f * round);
-    }
-  };
   auto whole = CoordinatorServer::Start(options_for("whole"), "127.0.0.1:0");
   ASSERT_TRUE(whole.ok()) << whole.status();
-  train(**whole, 1, 4);
+  Train(**whole, 1, 4);
   const std::vector<float> straight = *(*whole)->controller().global_weights();
   {
     auto first = CoordinatorServer::Start(options_for("split"), "127.0.0.1:0");
     ASSERT_TRUE(first.ok()) << first.status();
-    train(**first, 1, 2);
+    Train(**first, 1, 2);
   }
   EXPECT_TRUE(std::filesystem::exists(dir.path() / "split" /
                                       "optimizer-000002.safetensors"));
@@ -327,7 +315,7 @@ TEST(ResumeStrategyTest, ResumedFedAdamRunMatchesTheUninterruptedOne) {
               HasSubstr("holds a run of strategy fedadam, not fedavg"));
   auto resumed = CoordinatorServer::Start(options_for("split"), "127.0.0.1:0");
   ASSERT_TRUE(resumed.ok()) << resumed.status();
-  train(**resumed, 3, 4);
+  Train(**resumed, 3, 4);
   EXPECT_EQ(*(*resumed)->controller().global_weights(), straight);
 }
 
