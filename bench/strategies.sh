@@ -9,7 +9,7 @@
 #
 # Each setting is "NAME|KNOBS|FLAGS": --strategy=NAME, --strategy_config=KNOBS, and extra
 # convergence flags (--reset_client_optimizer). The defaults row of each strategy uses
-# its documented defaults; the others are the best settings found (README, Strategies).
+# its documented defaults; the last two are the variants measured in the README (Results).
 #
 # Environment: BUILD_DIR (default build-bench), ROUNDS (default 100), PARTITIONS (default
 # "iid shards"), SETTINGS (one setting a line, default below), PEER=0 to run fedlearn only.
