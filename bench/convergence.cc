@@ -69,6 +69,7 @@ ABSL_FLAG(int, clients, 10, "agents, one partition each");
 ABSL_FLAG(int, clients_per_round, 0,
           "clients the coordinator samples for each round; 0: all of them");
 ABSL_FLAG(int, epochs, 1, "local epochs per round (E)");
+ABSL_FLAG(int, batch_size, 10, "local mini-batch size (B)");
 ABSL_FLAG(std::string, model, "mnist_cnn",
           "registry model (common/model_spec.h): mnist_cnn, fedavg_cnn, "
           "mlp_2nn");
@@ -157,6 +158,7 @@ absl::Status Run() {
   options.clients_per_round = per_round;
   options.tolerance = 0;  // every selected client's update counts
   options.epochs = absl::GetFlag(FLAGS_epochs);
+  options.batch_size = absl::GetFlag(FLAGS_batch_size);
   options.learning_rate = absl::GetFlag(FLAGS_learning_rate);
   options.max_rounds = max_rounds;
   // Never stop on the train loss: a benchmark of rounds-to-target runs until

@@ -36,12 +36,11 @@
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
 #include "common/tls.h"
-#include "fedlearn/v1/config.pb.h"
 
 ABSL_FLAG(std::string, config, "",
-          "options in protobuf text format, a fedlearn.v1.ClientConfig "
-          "(proto/fedlearn/v1/config.proto): one `flag_name: value` per "
-          "line; flags given on the command line win");
+          "options in protobuf text format, a fedlearn.v1.ClientConfig: one "
+          "`flag_name: value` per line, any flag below (--config_schema "
+          "prints the message); flags given on the command line win");
 ABSL_FLAG(std::string, coordinator, "localhost:50051",
           "address of the coordinator, HOST:PORT");
 ABSL_FLAG(std::string, data_dir, "data/mnist",
@@ -380,6 +379,6 @@ int main(int argc, char** argv) {
       "fedlearn-client --coordinator=HOST:PORT --data_dir=DIR [flags]\n"
       "Runs federated-learning agents on local MNIST-format data until the "
       "coordinator's run is DONE.",
-      fedlearn::v1::ClientConfig::default_instance());
+      fedlearn::ConfigSchema{"fedlearn.v1.ClientConfig", {}});
   return fedlearn::Run();
 }

@@ -2,12 +2,13 @@
 #define FEDLEARN_COMMON_FLAGS_H_
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 
 namespace google::protobuf {
-class Message;
+class Descriptor;
 }  // namespace google::protobuf
 
 namespace fedlearn {
@@ -18,26 +19,41 @@ namespace fedlearn {
 // positional arguments; exits with a message on a malformed flag.
 std::vector<char*> ParseFlags(int argc, char** argv, const char* usage);
 
+// The --config file of a binary: a message in protobuf text format with one
+// field per flag the program defines in fedlearn's sources (but `config`
+// itself), named after the flag and of its type; a flag of another type
+// (absl::Duration, ...) is a string in the flag's syntax ("30s"). The message
+// is built from the flags at run time, so a new flag is settable from a file
+// with no further edit. A flag named in `message_flags` takes a message in
+// text format; its field has that message type (`strategy_config { ... }`).
+struct ConfigSchema {
+  std::string message_name;  // full name, e.g. "fedlearn.v1.CoordinatorConfig"
+  std::vector<std::pair<std::string, const google::protobuf::Descriptor*>>
+      message_flags;
+};
+
 // As above, for a binary whose options may also come from a file: with
-// `--config=FILE` on the command line, FILE holds a `config_type` message in
-// protobuf text format whose fields are named after this binary's flags
-// (proto/fedlearn/v1/config.proto); a message-typed field sets its flag to the
-// message in one-line text format. The file is applied first and the command
-// line parsed over it, so a flag given there wins. A file that cannot be read
-// or parsed, or a value its flag rejects, exits with status 2 and a message
-// naming the file (and line, or field). The binary defines the `config` flag
+// `--config=FILE` on the command line, FILE holds the `schema` message; it is
+// applied first and the command line parsed over it, so a flag given there
+// wins. A file that cannot be read or parsed, or a value its flag rejects,
+// exits with status 2 and a message naming the file (and line, or field).
+// `--config_schema` prints the message as a .proto declaration
+// (ConfigSchemaProto) and exits 0. The binary defines the `config` flag
 // itself, so that its --help lists it.
 std::vector<char*> ParseFlags(int argc, char** argv, const char* usage,
-                              const google::protobuf::Message& config_type);
+                              const ConfigSchema& schema);
 
-// Sets the flags named by the fields of the `config_type` message in
-// protobuf text format in file `path`. INVALID_ARGUMENT for a syntax error or
-// an unknown field ("FILE:LINE:COLUMN: ...") and for a value the flag rejects
-// ("FILE: FIELD: ..."); NOT_FOUND and other file errors from reading it;
-// INTERNAL when a field of `config_type` names no flag of this program. Flags
-// set before a failure stay set.
+// Sets the flags named by the fields of the `schema` message in protobuf text
+// format in file `path`. INVALID_ARGUMENT for a syntax error or an unknown
+// field ("FILE:LINE:COLUMN: ...") and for a value the flag rejects ("FILE:
+// FIELD: ..."); NOT_FOUND and other file errors from reading it. Flags set
+// before a failure stay set.
 absl::Status ApplyConfigFile(const std::string& path,
-                             const google::protobuf::Message& config_type);
+                             const ConfigSchema& schema);
+
+// The `schema` message as a .proto declaration, each field commented with its
+// flag's help and default.
+std::string ConfigSchemaProto(const ConfigSchema& schema);
 
 }  // namespace fedlearn
 

@@ -20,7 +20,6 @@
 #include "client/idx.h"
 #include "common/model_spec.h"
 #include "common/safetensors.h"
-#include "fedlearn/v1/config.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/integration/child_process.h"
@@ -142,9 +141,13 @@ TEST_F(ClientProcessTest, ConfigFileSetsOptionsAndFlagsWin) {
 TEST_F(ClientProcessTest, ConfigMessageHasAFieldForEveryFlag) {
   ChildProcess help({FEDLEARN_CLIENT_BINARY, "--help"});
   ASSERT_TRUE(help.Wait(kTimeout).has_value());
-  EXPECT_THAT(
-      testing::ConfigMismatches(help.output(), *v1::ClientConfig::descriptor()),
-      ::testing::IsEmpty());
+  ChildProcess schema({FEDLEARN_CLIENT_BINARY, "--config_schema"});
+  ASSERT_EQ(schema.Wait(kTimeout), 0);
+  EXPECT_THAT(testing::ConfigMismatches(help.output(), schema.output()),
+              ::testing::IsEmpty());
+  EXPECT_THAT(schema.output(), HasSubstr("message ClientConfig {"));
+  EXPECT_THAT(schema.output(), HasSubstr("optional int32 agents = "));
+  EXPECT_THAT(schema.output(), HasSubstr("optional bool tls = "));
 }
 
 TEST_F(ClientProcessTest, PartitionsBeyondNumPartitionsAreAClearError) {

@@ -64,11 +64,11 @@ std::vector<std::string> FlagsInHelp(const std::string& help);
 std::string ReadFile(const std::string& path);
 
 // How a binary's flags (its --help output) and the fields of its --config
-// message disagree: "--flag has no field in TYPE" and "TYPE.field names no
-// flag", one entry each; empty when every flag but --config has a field of
-// its name and every field a flag.
-std::vector<std::string> ConfigMismatches(
-    const std::string& help, const google::protobuf::Descriptor& config);
+// message (its --config_schema output, a .proto declaration) disagree: "--flag
+// has no field" and "field NAME names no flag", one entry each; empty when
+// every flag but --config has a field of its name and every field a flag.
+std::vector<std::string> ConfigMismatches(const std::string& help,
+                                          const std::string& schema);
 
 // Writes `contents` to a file called `name` in a new directory under the test
 // temp dir; returns its path, or "" if it could not be written.

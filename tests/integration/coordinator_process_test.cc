@@ -14,7 +14,6 @@
 #include "client/coordinator_client.h"
 #include "common/model_spec.h"
 #include "common/safetensors.h"
-#include "fedlearn/v1/config.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/integration/child_process.h"
@@ -308,9 +307,20 @@ TEST(CoordinatorProcessTest, BadConfigFileIsAClearError) {
 TEST(CoordinatorProcessTest, ConfigMessageHasAFieldForEveryFlag) {
   ChildProcess help({FEDLEARN_COORDINATOR_BINARY, "--help"});
   ASSERT_TRUE(help.Wait(kTimeout).has_value());
-  EXPECT_THAT(testing::ConfigMismatches(help.output(),
-                                        *v1::CoordinatorConfig::descriptor()),
+  ChildProcess schema({FEDLEARN_COORDINATOR_BINARY, "--config_schema"});
+  ASSERT_EQ(schema.Wait(kTimeout), 0);
+  EXPECT_THAT(testing::ConfigMismatches(help.output(), schema.output()),
               ::testing::IsEmpty());
+  // Each field has its flag's type and help; the knobs are a message.
+  EXPECT_THAT(schema.output(), HasSubstr("message CoordinatorConfig {"));
+  EXPECT_THAT(schema.output(), HasSubstr("optional int32 max_rounds = "));
+  EXPECT_THAT(schema.output(), HasSubstr("optional double tolerance = "));
+  EXPECT_THAT(schema.output(), HasSubstr("optional string round_timeout = "));
+  EXPECT_THAT(schema.output(), HasSubstr("optional .fedlearn.v1.StrategyConfig "
+                                         "strategy_config = "));
+  EXPECT_THAT(schema.output(),
+              HasSubstr("// share of the selected clients that may stay "
+                        "silent (default: 0.3)"));
 }
 
 TEST(CoordinatorProcessTest, HelpListsEveryFlagWithItsDefault) {
