@@ -76,7 +76,7 @@ void BM_ApplyMean(benchmark::State& state) {
   SgdServerOptimizer sgd(updates[0].size(), 1.0, 0.0);
   std::vector<float> global(updates[0].size(), 0.5f), out(global.size());
   for (auto _ : state) {
-    sgd.Step(accumulator.Finish(), global, absl::MakeSpan(out));
+    sgd.Step(*accumulator.Finish(), global, absl::MakeSpan(out));
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(state.iterations() * global.size() * sizeof(float));

@@ -39,6 +39,10 @@ class AsyncScheduler final : public Scheduler {
 
   absl::string_view mode() const override { return "async"; }
   std::optional<int> WantClients(int alive) const override;
+  StepBounds UpdatesPerStep(int max_clients) const override {
+    (void)max_clients;
+    return {options_.buffer, options_.buffer};
+  }
   Opening Open(std::vector<std::string> sampled, const Weights& weights,
                const std::shared_ptr<const v1::TrainingPlan>& plan,
                int64_t version, absl::Time now) override;

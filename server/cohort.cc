@@ -17,12 +17,15 @@ Cohort::Cohort(int64_t round, int number, std::vector<std::string> selected,
       deadline_(deadline) {}
 
 int Cohort::quorum() const {
+  return Quorum(static_cast<int>(selected_.size()), tolerance_);
+}
+
+int Cohort::Quorum(int selected, double tolerance) {
   // "Tolerates `tolerance` of the selected not answering": with 10 selected
   // and 0.3, 7 answers close the attempt. The epsilon keeps 0.7 * 10 from
   // becoming 8.
-  const int selected = static_cast<int>(selected_.size());
   const int quorum =
-      static_cast<int>(std::ceil((1.0 - tolerance_) * selected - 1e-9));
+      static_cast<int>(std::ceil((1.0 - tolerance) * selected - 1e-9));
   return std::clamp(quorum, 1, std::max(selected, 1));
 }
 

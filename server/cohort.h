@@ -41,6 +41,8 @@ class Cohort {
   }
   int answered() const { return static_cast<int>(answered_.size()); }
   int quorum() const;
+  // The quorum of `selected` clients tolerating `tolerance` of them silent.
+  static int Quorum(int selected, double tolerance);
 
   // Records `id`'s answer (it must be selected and not have answered).
   void Add(const std::string& id, const AnswerMetrics& answer);

@@ -5,6 +5,9 @@
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
 
+#include <filesystem>
+#include <string>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -17,11 +20,38 @@
 #include "server/coordinator_service.h"
 #include "server/run_controller.h"
 #include "server/state_store.h"
+#include "server/strategy/update_store.h"
 
 namespace fedlearn {
 namespace {
 
 constexpr char kServiceName[] = "fedlearn.v1.Coordinator";
+
+// Makes the spill directory of a stored aggregator, removes what a crash may
+// have left there (spill files have no name but for an instant after they are
+// made; removing a name never disturbs a process holding the file) and checks
+// that a spill file can be made, so that a bad directory fails at startup.
+absl::Status PrepareSpillDir(const std::string& dir) {
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--aggregation_spill_dir: cannot make ", dir, ": ", error.message()));
+  }
+  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+    if (absl::StartsWith(entry.path().filename().string(),
+                         UpdateStore::kSpillPrefix)) {
+      std::filesystem::remove(entry.path(), error);
+    }
+  }
+  UpdateStore probe({/*num_parameters=*/1, /*memory_budget=*/0, dir});
+  if (absl::Status s = probe.Stage(std::vector<float>{0.0f}).status();
+      !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--aggregation_spill_dir: ", s.message()));
+  }
+  return absl::OkStatus();
+}
 
 // The model to serve and its initial weights: a registry architecture
 // initialised from `seed`, or the tensors of a safetensors file.
@@ -87,10 +117,17 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
       }
     }
   }
+  FEDLEARN_ASSIGN_OR_RETURN(AggregationBudget budget, options.Budget());
   FEDLEARN_ASSIGN_OR_RETURN(
       Strategy strategy,
       MakeStrategy(options.strategy, options.strategy_config,
-                   static_cast<size_t>(spec.num_parameters)));
+                   static_cast<size_t>(spec.num_parameters), budget));
+  FEDLEARN_RETURN_IF_ERROR(
+      RunController::CheckStrategy(options, strategy, budget));
+  if (strategy.aggregator->bytes_per_update() > 0 &&
+      !budget.spill_dir.empty()) {
+    FEDLEARN_RETURN_IF_ERROR(PrepareSpillDir(budget.spill_dir));
+  }
   if (resume.has_value()) {
     if (absl::Status s = strategy.optimizer->Restore(resume->optimizer);
         !s.ok()) {

@@ -1,11 +1,15 @@
 #include "server/options.h"
 
 #include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "common/tensor_codec.h"
 #include "server/strategy/strategy.h"
 
@@ -53,6 +57,7 @@ absl::Status CoordinatorOptions::Validate() const {
       !s.ok()) {
     return s;
   }
+  if (absl::Status s = Budget().status(); !s.ok()) return s;
   if (epochs < 1) return Bad("epochs", "must be at least 1");
   if (batch_size < 1) return Bad("batch_size", "must be at least 1");
   if (optimizer != "adadelta" && optimizer != "sgd" &&
@@ -74,10 +79,41 @@ absl::Status CoordinatorOptions::Validate() const {
     return Bad("client_timeout", "must be > 0");
   if (max_concurrent_updates < 1)
     return Bad("max_concurrent_updates", "must be at least 1");
-  if (chunk_bytes < 1024 || chunk_bytes > kMaxChunkBytes) {
+  if (chunk_bytes < 1024 || static_cast<size_t>(chunk_bytes) > kMaxChunkBytes) {
     return Bad("chunk_bytes", "must be in [1024, 1048576]");
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<AggregationBudget> CoordinatorOptions::Budget() const {
+  AggregationBudget budget;
+  absl::string_view text = aggregation_memory;
+  uint64_t unit = 1;
+  for (const auto& [suffix, bytes] :
+       {std::pair<absl::string_view, uint64_t>{"KiB", uint64_t{1} << 10},
+        {"MiB", uint64_t{1} << 20},
+        {"GiB", uint64_t{1} << 30}}) {
+    if (absl::ConsumeSuffix(&text, suffix)) unit = bytes;
+  }
+  uint64_t count = 0;
+  if (!absl::SimpleAtoi(text, &count) ||
+      count > std::numeric_limits<uint64_t>::max() / unit) {
+    return Bad("aggregation_memory",
+               absl::StrCat("\"", aggregation_memory,
+                            "\": expected N, NKiB, NMiB or NGiB"));
+  }
+  budget.memory_bytes = static_cast<size_t>(count * unit);
+  if (aggregation_spill_dir == "none") {
+    budget.spill_dir.clear();
+  } else if (!aggregation_spill_dir.empty()) {
+    budget.spill_dir = aggregation_spill_dir;
+  } else if (!state_dir.empty()) {
+    budget.spill_dir = absl::StrCat(state_dir, "/spill");
+  } else {
+    const char* tmp = std::getenv("TMPDIR");
+    budget.spill_dir = tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
+  }
+  return budget;
 }
 
 v1::TrainingPlan CoordinatorOptions::Plan() const {

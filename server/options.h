@@ -6,10 +6,12 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "fedlearn/v1/config.pb.h"
 #include "fedlearn/v1/coordinator.pb.h"
+#include "server/strategy/update_store.h"
 
 namespace fedlearn {
 
@@ -45,6 +47,12 @@ struct CoordinatorOptions {
   double AsyncMixing() const {
     return async_mixing > 0 ? async_mixing : 1.0 / min_clients;
   }
+
+  // --aggregation_memory and --aggregation_spill_dir resolved: the size in
+  // bytes, the spill directory chosen (STATE_DIR/spill, $TMPDIR or /tmp when
+  // not given; empty for none). INVALID_ARGUMENT naming the flag for a
+  // malformed size.
+  absl::StatusOr<AggregationBudget> Budget() const;
 
   // Checks ranges and combinations; INVALID_ARGUMENT naming the flag.
   absl::Status Validate() const;

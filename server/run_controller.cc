@@ -38,6 +38,10 @@ std::unique_ptr<Scheduler> MakeScheduler(const CoordinatorOptions& o) {
   return std::make_unique<SyncScheduler>(s);
 }
 
+std::string Megabytes(double bytes) {
+  return absl::StrFormat("%.1f MB", bytes / 1e6);
+}
+
 int64_t WeightBytes(const Task& task) {
   return task.weights == nullptr
              ? 0
@@ -122,6 +126,50 @@ RunController::RunController(CoordinatorOptions options, ModelSpec spec,
   Logf("run %s: model %s (%d parameters), strategy %s, waiting for %d clients",
        run_id_, spec_.name, spec_.num_parameters, strategy_.name,
        options_.min_clients);
+}
+
+absl::Status RunController::CheckStrategy(const CoordinatorOptions& options,
+                                          const Strategy& strategy,
+                                          const AggregationBudget& budget) {
+  const Scheduler::StepBounds bounds =
+      MakeScheduler(options)->UpdatesPerStep(options.max_clients);
+  const std::string where =
+      options.mode == Mode::kAsync
+          ? absl::StrCat("--async_buffer=", options.async_buffer)
+          : absl::StrCat(
+                "the quorum of ", bounds.min,
+                " from the smallest round (--min_clients=", options.min_clients,
+                ", --clients_per_round=", options.clients_per_round,
+                ", --fraction=", options.fraction,
+                ", --tolerance=", options.tolerance, ")");
+  if (bounds.min < strategy.min_updates) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--strategy=", strategy.name, " with ",
+        strategy.config.ShortDebugString(), " needs at least ",
+        strategy.min_updates,
+        " updates per step, but a step may complete with ", bounds.min, " (",
+        where, "): sample more clients or tolerate fewer Byzantine ones"));
+  }
+  const size_t per_update = strategy.aggregator->bytes_per_update();
+  if (per_update == 0 || !budget.spill_dir.empty()) return absl::OkStatus();
+  const double needed = static_cast<double>(per_update) * bounds.max;
+  if (needed > static_cast<double>(budget.memory_bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--strategy=", strategy.name, " keeps every update of a step: up to ",
+        bounds.max, " updates (",
+        options.mode == Mode::kAsync
+            ? absl::StrCat("--async_buffer=", options.async_buffer)
+            : absl::StrCat("--clients_per_round=", options.clients_per_round,
+                           " or --fraction=", options.fraction, " of up to ",
+                           options.max_clients, " clients, x --over_selection=",
+                           options.over_selection),
+        ") of ", Megabytes(static_cast<double>(per_update)), " = ",
+        Megabytes(needed), ", over --aggregation_memory=",
+        options.aggregation_memory, " (", Megabytes(budget.memory_bytes),
+        ") with --aggregation_spill_dir=none: raise the budget, let it spill, "
+        "or sample fewer clients"));
+  }
+  return absl::OkStatus();
 }
 
 RunController::~RunController() {
@@ -407,6 +455,16 @@ absl::StatusOr<v1::PushGradientResponse> RunController::CommitUpdate(
   // (the client's update as sent), then the strategy's transforms.
   const double norm = L2Norm(delta);
   for (const auto& transform : strategy_.transforms) transform->Apply(delta);
+  // A stored aggregator copies the update into its store here (memory, or a
+  // spill file): dropped, unfolded, if the update is not accepted below.
+  absl::StatusOr<UpdateStore::Staged> staged =
+      strategy_.aggregator->Stage(delta);
+  if (!staged.ok()) {
+    RecordRejection(Rejection::kTooLarge);
+    return absl::Status(staged.status().code(),
+                        absl::StrCat("client ", ticket.client_id, ": ",
+                                     staged.status().message()));
+  }
 
   Effects effects;
   v1::PushGradientResponse response;
@@ -422,7 +480,8 @@ absl::StatusOr<v1::PushGradientResponse> RunController::CommitUpdate(
       return accepted.status();
     }
     const absl::Time fold_start = absl::Now();
-    strategy_.aggregator->Fold(accepted->weight, accepted->scale, delta);
+    strategy_.aggregator->FoldStaged(accepted->weight, accepted->scale, delta,
+                                     *std::move(staged));
     RunCounters& counters = history_.counters();
     counters.aggregation_latency.Observe(
         absl::ToDoubleSeconds(absl::Now() - fold_start));
@@ -457,6 +516,17 @@ void RunController::RecordRejection(Rejection reason) {
 
 void RunController::CloseStepLocked(absl::string_view outcome, absl::Time now,
                                     Effects* effects) {
+  // The aggregate first: a stored aggregator that cannot finish (a spill file
+  // lost, too few updates for its rule) abandons the step, which is retried.
+  absl::StatusOr<absl::Span<const double>> delta;
+  if (outcome != "abandoned") {
+    delta = strategy_.aggregator->Finish();
+    if (!delta.ok()) {
+      Logf("aggregation failed, abandoning the step: %s",
+           delta.status().ToString());
+      outcome = "abandoned";
+    }
+  }
   Closing closing =
       scheduler_->Close(outcome, version_, clients_.CountAlive(now), now);
   v1::RoundRecord& record = closing.record;
@@ -474,8 +544,7 @@ void RunController::CloseStepLocked(absl::string_view outcome, absl::Time now,
          record.selected());
   } else {
     auto next = std::make_shared<std::vector<float>>(global_->size());
-    strategy_.optimizer->Step(strategy_.aggregator->Finish(), *global_,
-                              absl::MakeSpan(*next));
+    strategy_.optimizer->Step(*delta, *global_, absl::MakeSpan(*next));
     strategy_.aggregator->Reset();
     global_ = std::move(next);
     ++version_;

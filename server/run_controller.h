@@ -69,6 +69,15 @@ class RunController {
                 std::optional<SavedRun> resume = std::nullopt);
   ~RunController();  // Shuts down.
 
+  // Whether `strategy` can aggregate every step these options allow, checked
+  // before a run starts so that it never fails mid-round: its rule's fewest
+  // updates (Krum's 2f + 3) within the quorum of the smallest sample, and, for
+  // an aggregator that keeps every update, the largest step within `budget`
+  // unless it may spill. INVALID_ARGUMENT saying the numbers otherwise.
+  static absl::Status CheckStrategy(const CoordinatorOptions& options,
+                                    const Strategy& strategy,
+                                    const AggregationBudget& budget);
+
   RunController(const RunController&) = delete;
   RunController& operator=(const RunController&) = delete;
 

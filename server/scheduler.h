@@ -69,6 +69,15 @@ class Scheduler {
   // "rounds" or "async", as --mode and the state directory spell them.
   virtual absl::string_view mode() const = 0;
 
+  // Bounds on the updates one step folds, for the strategy's checks at
+  // startup: with at most `max_clients` clients alive a step folds at most
+  // `max`, and one that completes has folded at least `min`.
+  struct StepBounds {
+    int min = 1;
+    int max = 1;
+  };
+  virtual StepBounds UpdatesPerStep(int max_clients) const = 0;
+
   // Whether a step should open now with `alive` clients alive: nullopt when
   // not (too few clients: the run waits for clients), else how many to sample
   // for it (0: none; the step's default task is for everyone).

@@ -21,6 +21,15 @@ std::optional<int> SyncScheduler::WantClients(int alive) const {
       static_cast<int>(std::ceil(wanted * options_.over_selection - 1e-9)));
 }
 
+Scheduler::StepBounds SyncScheduler::UpdatesPerStep(int max_clients) const {
+  // Fewest: the quorum of the smallest sample, taken when just min_clients
+  // are alive; most: every client of the largest sample.
+  const int smallest = WantClients(options_.min_clients).value_or(1);
+  const int largest =
+      WantClients(std::max(max_clients, options_.min_clients)).value_or(1);
+  return {Cohort::Quorum(smallest, options_.tolerance), largest};
+}
+
 Opening SyncScheduler::Open(std::vector<std::string> sampled,
                             const Weights& weights,
                             const std::shared_ptr<const v1::TrainingPlan>& plan,

@@ -31,6 +31,7 @@ class SyncScheduler final : public Scheduler {
 
   absl::string_view mode() const override { return "rounds"; }
   std::optional<int> WantClients(int alive) const override;
+  StepBounds UpdatesPerStep(int max_clients) const override;
   Opening Open(std::vector<std::string> sampled, const Weights& weights,
                const std::shared_ptr<const v1::TrainingPlan>& plan,
                int64_t version, absl::Time now) override;

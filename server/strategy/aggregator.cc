@@ -32,13 +32,13 @@ void WeightedMeanAggregator::Fold(double weight, double scale,
   ++count_;
 }
 
-absl::Span<const double> WeightedMeanAggregator::Finish() {
+absl::StatusOr<absl::Span<const double>> WeightedMeanAggregator::Finish() {
   assert(count_ > 0 && total_weight_ > 0);
   if (!finished_) {
     for (double& s : sum_) s /= total_weight_;
     finished_ = true;
   }
-  return sum_;
+  return absl::Span<const double>(sum_);
 }
 
 }  // namespace fedlearn

@@ -4,7 +4,9 @@
 #include <cstddef>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "server/strategy/update_store.h"
 
 namespace fedlearn {
 
@@ -17,9 +19,16 @@ namespace fedlearn {
 //
 // A streaming aggregator keeps O(model) state whatever the number of updates
 // and reports bytes_per_update() == 0. One that needs every update at once
-// (coordinate-wise median, Krum) reports what it keeps per update, so that the
-// controller can hold it to a memory budget before the round starts.
-// Not thread-safe: the run controller serialises every call under its lock.
+// (coordinate-wise median, Krum: robust_aggregator.h) reports what it keeps
+// per update, so that the controller can hold it to a memory budget before the
+// round starts, and keeps them in an UpdateStore.
+//
+// The controller folds in two steps, so that nothing slow runs under its lock:
+// Stage, on the push's thread outside the lock (a stored aggregator copies the
+// update into its store there; a streaming one has nothing to do), then
+// FoldStaged under the lock once the update is accepted. A staged update that
+// is not folded is dropped and changes nothing.
+// Every call but Stage is serialised by the run controller under its lock.
 class Aggregator {
  public:
   virtual ~Aggregator() = default;
@@ -31,6 +40,14 @@ class Aggregator {
   // abandoned one.
   virtual void Reset() = 0;
 
+  // Thread-safe. Prepares `update` for FoldStaged: empty for a streaming
+  // aggregator; errors as UpdateStore::Stage for a stored one.
+  virtual absl::StatusOr<UpdateStore::Staged> Stage(
+      absl::Span<const float> update) {
+    (void)update;
+    return UpdateStore::Staged();
+  }
+
   // Folds `update` (num_parameters values). `weight` > 0 is its share of the
   // mean (its num_examples in rounds mode, 1 in async mode); `scale` > 0
   // multiplies the update itself (its staleness discount in async mode, 1 in
@@ -38,13 +55,23 @@ class Aggregator {
   virtual void Fold(double weight, double scale,
                     absl::Span<const float> update) = 0;
 
+  // Folds `update`, staged by Stage as `staged`.
+  virtual void FoldStaged(double weight, double scale,
+                          absl::Span<const float> update,
+                          UpdateStore::Staged staged) {
+    (void)staged;
+    Fold(weight, scale, update);
+  }
+
   // Updates folded since the last Reset.
   virtual int count() const = 0;
 
   // The aggregate Delta of the updates folded since Reset. Requires count() >
   // 0. The span is valid until the next Reset; Fold must not be called between
-  // Finish and Reset.
-  virtual absl::Span<const double> Finish() = 0;
+  // Finish and Reset. A stored aggregator fails when a spilled update cannot
+  // be read back (DATA_LOSS) or when its rule needs more updates than were
+  // folded (FAILED_PRECONDITION); the step is then abandoned.
+  virtual absl::StatusOr<absl::Span<const double>> Finish() = 0;
 };
 
 // Streaming weighted mean, FedAvg's aggregate:
@@ -63,7 +90,7 @@ class WeightedMeanAggregator final : public Aggregator {
   void Fold(double weight, double scale,
             absl::Span<const float> update) override;
   int count() const override { return count_; }
-  absl::Span<const double> Finish() override;
+  absl::StatusOr<absl::Span<const double>> Finish() override;
 
   double total_weight() const { return total_weight_; }
 

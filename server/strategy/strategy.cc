@@ -4,12 +4,14 @@
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/files.h"
+#include "server/strategy/robust_aggregator.h"
 
 namespace fedlearn {
 namespace {
@@ -17,6 +19,7 @@ namespace {
 namespace pb = google::protobuf;
 
 enum class Kind { kSgd, kMomentum, kAdaptive };
+enum class Aggregation { kMean, kMedian, kTrimmedMean, kKrum };
 
 // One row per strategy: its optimizer and the defaults of the knobs it uses.
 // A knob without a default here is not one the strategy uses.
@@ -25,6 +28,7 @@ struct Row {
   Kind kind;
   AdaptiveServerOptimizer::Rule rule;
   v1::StrategyConfig defaults;
+  Aggregation aggregation = Aggregation::kMean;
 };
 
 v1::StrategyConfig Defaults(double lr, double mu) {
@@ -49,6 +53,12 @@ const std::vector<Row>& Rows() {
   static const auto* rows = [] {
     v1::StrategyConfig momentum = Defaults(1.0, 0);
     momentum.set_server_momentum(0.9);
+    v1::StrategyConfig trimmed = Defaults(1.0, 0);
+    trimmed.set_trim_beta(0.2);
+    v1::StrategyConfig krum = Defaults(1.0, 0);
+    krum.set_num_byzantine(1);
+    v1::StrategyConfig multikrum = krum;
+    multikrum.set_num_to_select(0);
     return new std::vector<Row>{
         {"fedavg", Kind::kSgd, Rule::kAdam, Defaults(1.0, 0)},
         {"fedprox", Kind::kSgd, Rule::kAdam, Defaults(1.0, 0.01)},
@@ -57,6 +67,12 @@ const std::vector<Row>& Rows() {
         {"fedyogi", Kind::kAdaptive, Rule::kYogi, AdaptiveDefaults(0.01, true)},
         {"fedadagrad", Kind::kAdaptive, Rule::kAdagrad,
          AdaptiveDefaults(0.1, false)},
+        {"fedmedian", Kind::kSgd, Rule::kAdam, Defaults(1.0, 0),
+         Aggregation::kMedian},
+        {"fedtrimmedavg", Kind::kSgd, Rule::kAdam, trimmed,
+         Aggregation::kTrimmedMean},
+        {"krum", Kind::kSgd, Rule::kAdam, krum, Aggregation::kKrum},
+        {"multikrum", Kind::kSgd, Rule::kAdam, multikrum, Aggregation::kKrum},
     };
   }();
   return *rows;
@@ -105,6 +121,11 @@ absl::Status CheckKnobs(const v1::StrategyConfig& c) {
     return Bad("proximal_mu", "must be >= 0");
   if (!(c.clip_norm() >= 0 && std::isfinite(c.clip_norm())))
     return Bad("clip_norm", "must be >= 0 (0: no clipping)");
+  if (c.has_trim_beta() && !(c.trim_beta() >= 0 && c.trim_beta() < 0.5))
+    return Bad("trim_beta", "must be in [0, 0.5)");
+  if (c.num_byzantine() < 0) return Bad("num_byzantine", "must be >= 0");
+  if (c.num_to_select() < 0)
+    return Bad("num_to_select", "must be >= 0 (0: n - num_byzantine)");
   return absl::OkStatus();
 }
 
@@ -148,7 +169,8 @@ absl::StatusOr<v1::StrategyConfig> ResolveStrategy(
 
 absl::StatusOr<Strategy> MakeStrategy(absl::string_view name,
                                       const v1::StrategyConfig& config,
-                                      size_t num_parameters) {
+                                      size_t num_parameters,
+                                      const AggregationBudget& budget) {
   absl::StatusOr<v1::StrategyConfig> resolved = ResolveStrategy(name, config);
   if (!resolved.ok()) return resolved.status();
   const Row& row = *FindRow(name);
@@ -159,8 +181,31 @@ absl::StatusOr<Strategy> MakeStrategy(absl::string_view name,
   if (c.clip_norm() > 0) {
     strategy.transforms.push_back(std::make_unique<ClipToNorm>(c.clip_norm()));
   }
-  strategy.aggregator =
-      std::make_unique<WeightedMeanAggregator>(num_parameters);
+  UpdateStore::Options store;
+  store.num_parameters = num_parameters;
+  store.memory_budget = budget.memory_bytes;
+  store.spill_dir = budget.spill_dir;
+  switch (row.aggregation) {
+    case Aggregation::kMean:
+      strategy.aggregator =
+          std::make_unique<WeightedMeanAggregator>(num_parameters);
+      break;
+    case Aggregation::kMedian:
+      strategy.aggregator = std::make_unique<MedianAggregator>(store);
+      break;
+    case Aggregation::kTrimmedMean:
+      strategy.aggregator =
+          std::make_unique<TrimmedMeanAggregator>(store, c.trim_beta());
+      break;
+    case Aggregation::kKrum: {
+      const int f = c.num_byzantine();
+      const int m = name == "krum" ? 1 : c.num_to_select();
+      strategy.aggregator = std::make_unique<KrumAggregator>(store, f, m);
+      // Blanchard et al.: n >= 2f + 3, and m <= n - f.
+      strategy.min_updates = std::max(2 * f + 3, m + f);
+      break;
+    }
+  }
   switch (row.kind) {
     case Kind::kSgd:
       strategy.optimizer = std::make_unique<SgdServerOptimizer>(

@@ -26,12 +26,18 @@ namespace fedlearn {
 //   fedavgm     weighted mean, SGD with server momentum (Hsu et al. 2019)
 //   fedadam, fedyogi, fedadagrad   weighted mean, the adaptive optimizers of
 //               Reddi et al. 2021 (server_optimizer.h)
+//   fedmedian   coordinate-wise median, SGD (eta 1) (robust_aggregator.h)
+//   fedtrimmedavg   coordinate-wise trimmed mean, SGD (eta 1)
+//   krum, multikrum Krum's choice / the mean of Multi-Krum's m best, SGD
+// The last four keep every update of a step (UpdateStore, to a budget).
 struct Strategy {
   std::string name;
   v1::StrategyConfig config;  // every knob resolved (ResolveStrategy)
   std::vector<std::unique_ptr<UpdateTransform>> transforms;
   std::unique_ptr<Aggregator> aggregator;
   std::unique_ptr<ServerOptimizer> optimizer;
+  // Fewest updates the aggregator can finish a step with (Krum: 2f + 3).
+  int min_updates = 1;
 };
 
 // The names --strategy accepts, in the order --help lists them.
@@ -45,10 +51,12 @@ absl::StatusOr<v1::StrategyConfig> ResolveStrategy(
     absl::string_view name, const v1::StrategyConfig& config);
 
 // The strategy `name` with `config` (resolved as above) for a model of
-// `num_parameters`. Errors as ResolveStrategy.
+// `num_parameters`, a stored aggregator held to `budget`. Errors as
+// ResolveStrategy.
 absl::StatusOr<Strategy> MakeStrategy(absl::string_view name,
                                       const v1::StrategyConfig& config,
-                                      size_t num_parameters);
+                                      size_t num_parameters,
+                                      const AggregationBudget& budget = {});
 
 // --strategy_config: `text` is the path of a file holding a StrategyConfig in
 // text format, or that text itself. INVALID_ARGUMENT naming the flag (and the

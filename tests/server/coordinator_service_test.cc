@@ -307,6 +307,83 @@ TEST_F(CoordinatorServiceTest,
   EXPECT_FALSE(samples[0] == samples[1] && samples[1] == samples[2]);
 }
 
+// The median over real pushes, in memory and spilled: an outlier claiming
+// many examples moves nothing, and both paths give the same bits.
+TEST_F(CoordinatorServiceTest, MedianIgnoresAnOutlierInMemoryOrSpilled) {
+  std::vector<std::vector<float>> results;
+  for (const char* memory : {"512MiB", "0"}) {
+    CoordinatorOptions options = SmallRun();
+    options.strategy = "fedmedian";
+    options.aggregation_memory = memory;
+    options.aggregation_spill_dir = ::testing::TempDir();
+    Start(options);
+    auto clients = JoinAll(3);
+    const std::vector<float> before = Global();
+    const int64_t examples[3] = {1, 2, 1000000};
+    const float deltas[3] = {0.3f, -0.6f, 50.0f};
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_EQ(NextTask(*clients[i]).task.type(), v1::TASK_TYPE_TRAIN);
+      std::vector<float> delta(NumParameters());
+      for (size_t j = 0; j < delta.size(); ++j) {
+        delta[j] = deltas[i] * static_cast<float>(static_cast<int>(j % 5) - 2);
+      }
+      ASSERT_TRUE(
+          clients[i]->PushUpdate(Header(1, examples[i], 1.0), delta).ok());
+    }
+    const std::vector<float> after = Global();
+    for (size_t j = 0; j < after.size(); ++j) {
+      // Per parameter the middle of {0.3k, -0.6k, 50k}: 0.3k, whatever the
+      // example counts.
+      const float k = static_cast<float>(static_cast<int>(j % 5) - 2);
+      ASSERT_EQ(after[j],
+                static_cast<float>(double{before[j]} + double{0.3f * k}))
+          << j;
+    }
+    results.push_back(after);
+    server_.reset();
+  }
+  EXPECT_EQ(results[0], results[1]);
+}
+
+TEST(CoordinatorStrategyCheckTest, ARobustRunThatCannotFitIsRefusedAtStart) {
+  CoordinatorOptions krum = SmallRun();  // 3 per round, tolerance 0.3: 3
+  krum.strategy = "krum";
+  auto refused = CoordinatorServer::Start(krum, "127.0.0.1:0");
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("needs at least 5 updates per step, but a step may "
+                        "complete with 3"));
+  krum.clients_per_round = 10;
+  krum.min_clients = 10;  // quorum 7 >= 2f + 3 = 5
+  EXPECT_TRUE(CoordinatorServer::Start(krum, "127.0.0.1:0").ok());
+  krum.strategy_config.set_num_byzantine(3);  // 9 > 7
+  EXPECT_THAT(CoordinatorServer::Start(krum, "127.0.0.1:0").status().message(),
+              HasSubstr("needs at least 9 updates"));
+
+  // 10 x 13 x 796,840 bytes of mlp_2nn over 1 MiB, nowhere to spill.
+  CoordinatorOptions median = SmallRun();
+  median.strategy = "fedmedian";
+  median.clients_per_round = 10;
+  median.over_selection = 1.3;
+  median.aggregation_memory = "1MiB";
+  median.aggregation_spill_dir = "none";
+  auto too_big = CoordinatorServer::Start(median, "127.0.0.1:0");
+  EXPECT_EQ(too_big.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(too_big.status().message(),
+              HasSubstr("up to 13 updates (--clients_per_round=10"));
+  EXPECT_THAT(too_big.status().message(),
+              HasSubstr("of 0.8 MB = 10.4 MB, over --aggregation_memory=1MiB"));
+  median.aggregation_memory = "12MiB";
+  EXPECT_TRUE(CoordinatorServer::Start(median, "127.0.0.1:0").ok());
+  median.aggregation_memory = "1MiB";
+  median.aggregation_spill_dir = ::testing::TempDir();
+  EXPECT_TRUE(CoordinatorServer::Start(median, "127.0.0.1:0").ok());
+  median.aggregation_memory = "lots";
+  EXPECT_THAT(
+      CoordinatorServer::Start(median, "127.0.0.1:0").status().message(),
+      HasSubstr("--aggregation_memory: \"lots\": expected N, NKiB"));
+}
+
 TEST_F(CoordinatorServiceTest, RejectedUpdatesLeaveTheModelBitIdentical) {
   CoordinatorOptions o = SmallRun();
   o.min_clients = 3;

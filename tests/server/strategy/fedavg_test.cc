@@ -1,8 +1,7 @@
 // FedAvg as the strategy composes it: WeightedMeanAggregator, then server SGD
-// at learning rate 1. The expected values are the seed's WeightedMeanAggregator's,
-// to the bit: the redesign changed structure, not numbers.
-#include "server/strategy/aggregator.h"
-
+// at learning rate 1. The expected values are the seed's
+// WeightedMeanAggregator's, to the bit: the redesign changed structure, not
+// numbers.
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -12,6 +11,7 @@
 #include "absl/types/span.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/strategy/aggregator.h"
 #include "server/strategy/server_optimizer.h"
 #include "server/weighted_mean.h"
 
@@ -34,7 +34,7 @@ int64_t UlpDistance(float a, float b) {
 void ApplyMean(WeightedMeanAggregator& acc, absl::Span<const float> global,
                absl::Span<float> out) {
   SgdServerOptimizer sgd(global.size(), 1.0, 0.0);
-  sgd.Step(acc.Finish(), global, out);
+  sgd.Step(*acc.Finish(), global, out);
 }
 
 // Three clients with 1, 2 and 3 examples:
@@ -105,7 +105,7 @@ TEST_F(FedAvgExampleTest, ScaleMultipliesTheUpdateNotItsWeight) {
   acc.Fold(1, 1.0, std::vector<float>{2.0f, -4.0f});
   acc.Fold(1, 0.5, std::vector<float>{4.0f, 8.0f});
   EXPECT_EQ(acc.total_weight(), 2.0);
-  const absl::Span<const double> delta = acc.Finish();
+  const absl::Span<const double> delta = *acc.Finish();
   EXPECT_THAT(std::vector<double>(delta.begin(), delta.end()),
               ElementsAre(2.0, 0.0));
 }

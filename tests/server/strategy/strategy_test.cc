@@ -16,12 +16,18 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 TEST(StrategyTest, EveryNameResolvesWithItsDefaults) {
-  EXPECT_THAT(StrategyNames(), ElementsAre("fedavg", "fedprox", "fedavgm",
-                                           "fedadam", "fedyogi", "fedadagrad"));
+  EXPECT_THAT(StrategyNames(),
+              ElementsAre("fedavg", "fedprox", "fedavgm", "fedadam", "fedyogi",
+                          "fedadagrad", "fedmedian", "fedtrimmedavg", "krum",
+                          "multikrum"));
   for (const std::string& name : StrategyNames()) {
     auto strategy = MakeStrategy(name, {}, 4);
     ASSERT_TRUE(strategy.ok()) << name << ": " << strategy.status();
-    EXPECT_EQ(strategy->aggregator->bytes_per_update(), 0u) << name;
+    const bool robust = name == "fedmedian" || name == "fedtrimmedavg" ||
+                        name == "krum" || name == "multikrum";
+    // The robust rules keep every update: 4 parameters, 16 bytes each.
+    EXPECT_EQ(strategy->aggregator->bytes_per_update(), robust ? 16u : 0u)
+        << name;
     EXPECT_TRUE(strategy->transforms.empty()) << name;
   }
   auto fedprox = ResolveStrategy("fedprox", {});
@@ -86,6 +92,33 @@ TEST(StrategyTest, ParsesKnobsInlineOrFromAFile) {
   EXPECT_THAT(bad.status().message(), HasSubstr("--strategy_config"));
   std::ofstream(path) << "no_such_knob: 1\n";
   EXPECT_THAT(ParseStrategyConfig(path).status().message(), HasSubstr(path));
+}
+
+TEST(StrategyTest, RobustKnobsHaveDefaultsChecksAndOwners) {
+  EXPECT_DOUBLE_EQ(ResolveStrategy("fedtrimmedavg", {})->trim_beta(), 0.2);
+  EXPECT_EQ(ResolveStrategy("krum", {})->num_byzantine(), 1);
+  EXPECT_FALSE(ResolveStrategy("krum", {})->has_num_to_select());
+  EXPECT_EQ(ResolveStrategy("multikrum", {})->num_to_select(), 0);
+  v1::StrategyConfig c;
+  c.set_trim_beta(0.5);
+  EXPECT_THAT(ResolveStrategy("fedtrimmedavg", c).status().message(),
+              HasSubstr("must be in [0, 0.5)"));
+  EXPECT_THAT(ResolveStrategy("fedmedian", c).status().message(),
+              HasSubstr("trim_beta does not apply to --strategy=fedmedian"));
+  c.Clear();
+  c.set_num_to_select(3);
+  EXPECT_THAT(ResolveStrategy("krum", c).status().message(),
+              HasSubstr("num_to_select does not apply to --strategy=krum"));
+  c.Clear();
+  c.set_num_byzantine(-1);
+  EXPECT_THAT(ResolveStrategy("multikrum", c).status().message(),
+              HasSubstr("num_byzantine must be >= 0"));
+  // Krum's 2f + 3; Multi-Krum's m + f when larger.
+  c.set_num_byzantine(2);
+  EXPECT_EQ(MakeStrategy("krum", c, 4)->min_updates, 7);
+  c.set_num_to_select(6);
+  EXPECT_EQ(MakeStrategy("multikrum", c, 4)->min_updates, 8);
+  EXPECT_EQ(MakeStrategy("fedmedian", {}, 4)->min_updates, 1);
 }
 
 TEST(StrategyTest, ClipNormBoundsTheUpdatesNorm) {
