@@ -4,8 +4,12 @@
 #     (Google Benchmark, bench/fedavg_bench.cc);
 #  2. peak RSS of the coordinator during a round of the seed CNN (1.2M parameters,
 #     4.8 MB) with 10 and with 100 clients pushing over gRPC at once from another process
-#     (bench/push_load.cc).
-# Last line: fold_vs_read=<ratio> rss_mb_10=<MB> rss_mb_100=<MB>
+#     (bench/push_load.cc), for each strategy in $STRATEGIES: the streaming ones should
+#     stay flat from 10 to 100 clients (FedAdam and FedYogi add their two model-sized
+#     state vectors, FedAvgM one), and a robust one is held to --aggregation_memory
+#     (fedmedian@64MiB, krum@32MiB: that budget, the rest spilled).
+# Last line: fold_vs_read=<ratio> rss_mb_10=<MB> rss_mb_100=<MB> (FedAvg), then
+#   rss_<strategy>_10=<MB> rss_<strategy>_100=<MB> for each strategy.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build="${BUILD_DIR:-build}"
@@ -35,11 +39,13 @@ print(f"{fold / read:.2f}")
 PY
 )
 
-peak_rss() {  # clients -> peak RSS of the coordinator in MB
-  local clients=$1 log="$tmp/coordinator-$1.log"
+peak_rss() {  # clients strategy [flag...] -> peak RSS of the coordinator in MB
+  local clients=$1 strategy=$2 log="$tmp/coordinator-$1-$2.log"
+  shift 2
   "$build/server/fedlearn-coordinator" --port=0 --bind=127.0.0.1 --http_port=0 --model=mnist_cnn \
     --min_clients="$clients" --clients_per_round="$clients" --tolerance=0 --max_rounds=1 \
-    --round_timeout=5m --eval_timeout=5m --done_grace=30s 2>"$log" &
+    --round_timeout=5m --eval_timeout=5m --done_grace=30s --strategy="$strategy" \
+    --aggregation_spill_dir="$tmp" "$@" 2>"$log" &
   coordinator_pid=$!
   local port=""
   for _ in $(seq 1 100); do
@@ -54,9 +60,20 @@ peak_rss() {  # clients -> peak RSS of the coordinator in MB
   grep -o 'peak RSS [0-9.]* MB' "$log" | awk '{print $3}'
 }
 
+strategies="${STRATEGIES:-fedavg fedavgm fedadam fedyogi fedadagrad fedmedian@64MiB krum@32MiB}"
 echo "== Coordinator peak RSS, one round of mnist_cnn (4.8 MB), all clients pushing at once"
-rss10=$(peak_rss 10)
-echo "10 clients: peak RSS ${rss10} MB"
-rss100=$(peak_rss 100)
-echo "100 clients: peak RSS ${rss100} MB"
-echo "fold_vs_read=${fold_vs_read} rss_mb_10=${rss10} rss_mb_100=${rss100}"
+printf '%-16s %12s %13s %8s\n' strategy "10 clients" "100 clients" growth
+last=""
+for setting in $strategies; do
+  name=${setting%@*}
+  flags=()
+  [ "$setting" != "$name" ] && flags=(--aggregation_memory="${setting#*@}")
+  r10=$(peak_rss 10 "$name" "${flags[@]}")
+  r100=$(peak_rss 100 "$name" "${flags[@]}")
+  printf '%-16s %9s MB %10s MB %5.1f MB\n' "$setting" "$r10" "$r100" \
+    "$(awk -v a="$r100" -v b="$r10" 'BEGIN { print a - b }')"
+  if [ "$name" = fedavg ]; then rss10=$r10; rss100=$r100; fi
+  key=$(echo "$setting" | tr '@' '_')
+  last="$last rss_${key}_10=$r10 rss_${key}_100=$r100"
+done
+echo "fold_vs_read=${fold_vs_read} rss_mb_10=${rss10:-n/a} rss_mb_100=${rss100:-n/a}$last"

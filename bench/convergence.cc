@@ -49,6 +49,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "bench/byzantine_trainer.h"
 #include "client/agent.h"
 #include "client/cnn_trainer.h"
 #include "client/idx.h"
@@ -92,6 +93,13 @@ ABSL_FLAG(std::string, strategy_config, "",
           "its knobs, as the coordinator's --strategy_config takes them");
 ABSL_FLAG(bool, reset_client_optimizer, false,
           "clients start every round with a fresh optimizer state");
+ABSL_FLAG(int, byzantine, 0,
+          "the first N agents are Byzantine: they train, then send --attack "
+          "instead of their update (bench/byzantine_trainer.h)");
+ABSL_FLAG(std::string, attack, "signflip",
+          "what a Byzantine agent sends: signflip, noise or constant");
+ABSL_FLAG(std::string, aggregation_memory, "512MiB",
+          "the coordinator's --aggregation_memory");
 ABSL_FLAG(std::string, partitions_out, "",
           "if set, write the partition here as JSON "
           "{\"partitions\": [[train indices of client 0], ...]}");
@@ -177,6 +185,14 @@ absl::Status Run() {
                               ParseStrategyConfig(text));
   }
   options.reset_client_optimizer = absl::GetFlag(FLAGS_reset_client_optimizer);
+  options.aggregation_memory = absl::GetFlag(FLAGS_aggregation_memory);
+  const int byzantine = absl::GetFlag(FLAGS_byzantine);
+  FEDLEARN_ASSIGN_OR_RETURN(const Attack attack,
+                            ParseAttack(absl::GetFlag(FLAGS_attack)));
+  if (byzantine < 0 || byzantine > clients) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--byzantine=", byzantine, ": must be in [0, --clients]"));
+  }
   options.round_timeout = absl::Minutes(10);
   options.client_timeout = absl::Minutes(5);  // 10 training agents, 2 cores
   FEDLEARN_ASSIGN_OR_RETURN(std::unique_ptr<CoordinatorServer> server,
@@ -224,11 +240,18 @@ absl::Status Run() {
     agent_options.num_test_examples = trainer.test.size();
     agent_options.jitter_seed = 1000 + i;
     agent_options.update_encoding = *encoding;
+    const bool lies = i < byzantine;
     agents.push_back(std::make_unique<Agent>(
-        agent_options, [trainer](const v1::JoinResponse& joined) mutable {
+        agent_options,
+        [trainer, lies, attack, i](const v1::JoinResponse& joined) mutable
+        -> absl::StatusOr<std::unique_ptr<Trainer>> {
           trainer.model = joined.model().name();
           SetInputNorm(joined.plan(), &trainer);
-          return MakeCnnTrainer(std::move(trainer));
+          FEDLEARN_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> honest,
+                                    MakeCnnTrainer(std::move(trainer)));
+          if (!lies) return honest;
+          return std::make_unique<ByzantineTrainer>(std::move(honest), attack,
+                                                    5000 + i);
         }));
   }
   std::printf(
@@ -237,13 +260,14 @@ absl::Status Run() {
       "\"epochs\":%d,\"batch_size\":%d,\"client_sizes\":[%s],"
       "\"test_examples\":%lld,\"max_rounds\":%d,\"target\":%.4f,"
       "\"strategy\":\"%s\",\"strategy_config\":\"%s\","
-      "\"reset_client_optimizer\":%s}\n",
+      "\"reset_client_optimizer\":%s,\"byzantine\":%d,\"attack\":\"%s\"}\n",
       PartitionSchemeToString(scheme).c_str(), options.model.c_str(), clients,
       per_round, options.epochs, options.batch_size,
       absl::StrJoin(sizes, ",").c_str(), static_cast<long long>(test.size()),
       max_rounds, target, options.strategy.c_str(),
       controller.GetStatus().strategy_config().c_str(),
-      options.reset_client_optimizer ? "true" : "false");
+      options.reset_client_optimizer ? "true" : "false", byzantine,
+      byzantine > 0 ? absl::GetFlag(FLAGS_attack).c_str() : "none");
   {
     FEDLEARN_ASSIGN_OR_RETURN(EvalMetrics initial,
                               judge->Evaluate(*controller.global_weights()));

@@ -8,8 +8,11 @@
 # partition, from the same initial weights, replaying fedlearn's sampled clients.
 #
 # Each setting is "NAME|KNOBS|FLAGS": --strategy=NAME, --strategy_config=KNOBS, and extra
-# convergence flags (--reset_client_optimizer). The defaults row of each strategy uses
-# its documented defaults; the last two are the variants measured in the README (Results).
+# flags: --reset_client_optimizer (fedlearn's, which the peer follows) or client-plan
+# flags both sides take (--epochs, --batch_size, --learning_rate). The defaults row of
+# each strategy uses its documented defaults; the last two are FedAvg with clients
+# resetting their optimizer each round, and the best shards setting found (FedAvgM with
+# E=3; the sweep is in the README, Results).
 #
 # Environment: BUILD_DIR (default build-bench), ROUNDS (default 100), PARTITIONS (default
 # "iid shards"), SETTINGS (one setting a line, default below), PEER=0 to run fedlearn only.
@@ -28,8 +31,8 @@ fedavgm||
 fedadam||
 fedyogi||
 fedadagrad||
-fedavgm||--reset_client_optimizer
-fedavgm|proximal_mu: 0.1|--reset_client_optimizer'
+fedavg||--reset_client_optimizer
+fedavgm||--epochs=3'
 settings="${SETTINGS:-$default_settings}"
 
 tmp=$(mktemp -d)
@@ -58,10 +61,20 @@ while IFS='|' read -r name knobs flags; do
       shards) target=0.95 ;;
       *) echo "PARTITIONS: iid and/or shards" >&2; exit 2 ;;
     esac
-    # shellcheck disable=SC2206  # FLAGS are words
+    # FLAGS go to both sides (the client plan: --epochs, --batch_size,
+    # --learning_rate), but --reset_client_optimizer, which the peer takes from
+    # fedlearn's start line.
+    shared=()
     fedlearn_flags=(--partition="$part" --clients=10 --strategy="$name"
-                    --strategy_config="$knobs" $flags)
-    run_rounds "$label-$part" data/mnist "$target" "$rounds" --input_norm=mnist
+                    --strategy_config="$knobs")
+    for word in $flags; do
+      case "$word" in
+        --reset_client_optimizer*) fedlearn_flags+=("$word") ;;
+        *) shared+=("$word") ;;
+      esac
+    done
+    run_rounds "$label-$part" data/mnist "$target" "$rounds" --input_norm=mnist \
+      ${shared[@]+"${shared[@]}"}
     best=$("$python" -c '
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
