@@ -77,6 +77,26 @@ class CoordinatorServiceTest : public ::testing::Test {
   v1::GetStatusResponse Status() { return server_->controller().GetStatus(); }
   size_t NumParameters() { return server_->controller().spec().num_parameters; }
 
+  // Round 1 for three clients: client i pushes deltas[i] * (j % 5 - 2) for
+  // parameter j (so that the aggregate differs per parameter), with
+  // examples[i] and train loss first_loss + i.
+  void PushPatterned(
+      const std::vector<std::unique_ptr<CoordinatorClient>>& clients,
+      const int64_t (&examples)[3], const float (&deltas)[3],
+      double first_loss) {
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_EQ(NextTask(*clients[i]).task.type(), v1::TASK_TYPE_TRAIN);
+      std::vector<float> delta(NumParameters());
+      for (size_t j = 0; j < delta.size(); ++j) {
+        delta[j] = deltas[i] * static_cast<float>(static_cast<int>(j % 5) - 2);
+      }
+      ASSERT_TRUE(
+          clients[i]
+              ->PushUpdate(Header(1, examples[i], first_loss + i), delta)
+              .ok());
+    }
+  }
+
   // A valid push message list whose first chunk has been altered by `mutate`.
   std::vector<v1::PushGradientRequest> Messages(
       const CoordinatorClient& client, const v1::UpdateHeader& header,
@@ -220,17 +240,7 @@ TEST_F(CoordinatorServiceTest, FedAvgIsTheExampleWeightedMean) {
   const std::vector<float> before = Global();
   const int64_t examples[3] = {1, 2, 3};
   const float deltas[3] = {0.3f, -0.6f, 0.9f};
-  for (int i = 0; i < 3; ++i) {
-    ASSERT_EQ(NextTask(*clients[i]).task.type(), v1::TASK_TYPE_TRAIN);
-    // Each parameter j gets delta_i * (j % 5 - 2), so the mean differs per
-    // parameter.
-    std::vector<float> delta(NumParameters());
-    for (size_t j = 0; j < delta.size(); ++j) {
-      delta[j] = deltas[i] * static_cast<float>(static_cast<int>(j % 5) - 2);
-    }
-    ASSERT_TRUE(
-        clients[i]->PushUpdate(Header(1, examples[i], 1.0 + i), delta).ok());
-  }
+  PushPatterned(clients, examples, deltas, /*first_loss=*/1.0);
   const std::vector<float> after = Global();
   for (size_t j = 0; j < after.size(); ++j) {
     const double k = static_cast<int>(j % 5) - 2;
@@ -321,15 +331,7 @@ TEST_F(CoordinatorServiceTest, MedianIgnoresAnOutlierInMemoryOrSpilled) {
     const std::vector<float> before = Global();
     const int64_t examples[3] = {1, 2, 1000000};
     const float deltas[3] = {0.3f, -0.6f, 50.0f};
-    for (int i = 0; i < 3; ++i) {
-      ASSERT_EQ(NextTask(*clients[i]).task.type(), v1::TASK_TYPE_TRAIN);
-      std::vector<float> delta(NumParameters());
-      for (size_t j = 0; j < delta.size(); ++j) {
-        delta[j] = deltas[i] * static_cast<float>(static_cast<int>(j % 5) - 2);
-      }
-      ASSERT_TRUE(
-          clients[i]->PushUpdate(Header(1, examples[i], 1.0), delta).ok());
-    }
+    PushPatterned(clients, examples, deltas, /*first_loss=*/1.0);
     const std::vector<float> after = Global();
     for (size_t j = 0; j < after.size(); ++j) {
       // Per parameter the middle of {0.3k, -0.6k, 50k}: 0.3k, whatever the
