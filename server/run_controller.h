@@ -223,8 +223,9 @@ class RunController {
   std::shared_ptr<const v1::TrainingPlan> plan_;  // set once, likewise
 
   mutable absl::Mutex mu_;
-  // The strategy's transforms are immutable and run outside the lock; its
-  // aggregator and optimizer only under it.
+  // The strategy's transforms are immutable and run outside the lock; so does
+  // its aggregator's Stage, which is thread-safe (aggregator.h). Every other
+  // aggregator call, and the optimizer, only under it.
   Strategy strategy_;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   bool timer_dirty_ ABSL_GUARDED_BY(mu_) = false;  // wakes the timer thread
