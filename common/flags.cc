@@ -110,8 +110,15 @@ pb::FieldDescriptorProto::Type FieldType(const absl::CommandLineFlag& flag) {
 // (all of them: flags are defined at static initialisation).
 class ConfigMessage {
  public:
+  // One schema per program: a second, different one is a bug.
   static const ConfigMessage& Get(const ConfigSchema& schema) {
     static const ConfigMessage* const message = new ConfigMessage(schema);
+    if (message->descriptor_->full_name() != schema.message_name) {
+      std::fprintf(stderr, "config schema %s asked for after %s\n",
+                   schema.message_name.c_str(),
+                   message->descriptor_->full_name().c_str());
+      std::abort();
+    }
     return *message;
   }
 

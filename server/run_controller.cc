@@ -519,11 +519,11 @@ void RunController::CloseStepLocked(absl::string_view outcome, absl::Time now,
   // The aggregate first: a stored aggregator that cannot finish (a spill file
   // lost, too few updates for its rule) abandons the step, which is retried.
   absl::StatusOr<absl::Span<const double>> delta;
+  std::string why_abandoned = "at its deadline";
   if (outcome != "abandoned") {
     delta = strategy_.aggregator->Finish();
     if (!delta.ok()) {
-      Logf("aggregation failed, abandoning the step: %s",
-           delta.status().ToString());
+      why_abandoned = absl::StrCat("(", delta.status().ToString(), ")");
       outcome = "abandoned";
     }
   }
@@ -539,8 +539,8 @@ void RunController::CloseStepLocked(absl::string_view outcome, absl::Time now,
   if (outcome == "abandoned") {
     strategy_.aggregator->Reset();
     ++counters.rounds_abandoned;
-    Logf("round %d: attempt %d abandoned at its deadline with %d of %d updates",
-         record.round(), record.attempt(), record.responded(),
+    Logf("round %d: attempt %d abandoned %s with %d of %d updates",
+         record.round(), record.attempt(), why_abandoned, record.responded(),
          record.selected());
   } else {
     auto next = std::make_shared<std::vector<float>>(global_->size());
