@@ -32,6 +32,8 @@ packages=(
   # NodeSource's nodejs, which conflicts with Debian's npm package: fetch-data.sh
   # installs Debian's npm itself when there is no npm command)
   python3 python3-numpy ca-certificates curl procps nodejs
+  # tests/server/rdp_check.py: the privacy accountant checked by numerical integration
+  python3-mpmath
   # examples/python (the gRPC runtime; its modules come from protoc and
   # grpc_python_plugin above, in protobuf-compiler-grpc)
   python3-grpcio python3-protobuf

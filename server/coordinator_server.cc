@@ -119,9 +119,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   }
   FEDLEARN_ASSIGN_OR_RETURN(AggregationBudget budget, options.Budget());
   FEDLEARN_ASSIGN_OR_RETURN(
-      Strategy strategy,
-      MakeStrategy(options.strategy, options.strategy_config,
-                   static_cast<size_t>(spec.num_parameters), budget));
+      Strategy strategy, MakeStrategy(options.strategy, options.strategy_config,
+                                      static_cast<size_t>(spec.num_parameters),
+                                      budget, options.Privacy()));
   FEDLEARN_RETURN_IF_ERROR(
       RunController::CheckStrategy(options, strategy, budget));
   if (strategy.aggregator->bytes_per_update() > 0 &&

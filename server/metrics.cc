@@ -218,6 +218,22 @@ std::string RenderPrometheus(const v1::GetStatusResponse& status,
              "Aggregated validation accuracy of the last round that validated.",
              last->metrics().validation_accuracy());
   }
+  if (status.has_privacy()) {
+    const v1::PrivacyStatus& p = status.privacy();
+    e.Single("fedlearn_dp_epsilon", "gauge",
+             "Central DP: epsilon spent by the models released so far, at "
+             "fedlearn_dp_delta.",
+             p.epsilon());
+    e.Single("fedlearn_dp_delta", "gauge",
+             "Central DP: the delta epsilon is reported at (--dp_delta).",
+             p.delta());
+    e.Single("fedlearn_dp_max_epsilon", "gauge",
+             "Central DP: the budget training stops within (0: none).",
+             p.max_epsilon());
+    e.Single("fedlearn_dp_rounds_total", "counter",
+             "Central DP: rounds charged to the privacy budget.",
+             static_cast<double>(p.rounds()));
+  }
   if (status.has_final_evaluation()) {
     e.Single("fedlearn_test_loss", "gauge",
              "Final test loss of the evaluation phase.",
@@ -234,7 +250,7 @@ std::string RenderHistoryCsv(const v1::GetStatusResponse& status) {
       "round,attempt,kind,outcome,selected,responded,dropped,rejected,"
       "train_loss,train_accuracy,validation_loss,validation_accuracy,"
       "test_loss,test_accuracy,num_examples,duration_seconds,"
-      "relative_improvement,bytes_received,bytes_sent\r\n";
+      "relative_improvement,bytes_received,bytes_sent,dp_epsilon\r\n";
   for (const v1::RoundRecord& r : status.history()) {
     const v1::RejectionCounts& x = r.rejected();
     const int rejected = x.stale_round() + x.duplicate() + x.not_selected() +
@@ -258,7 +274,8 @@ std::string RenderHistoryCsv(const v1::GetStatusResponse& status) {
         cell(test, m.train_loss()), ",", cell(test, m.train_accuracy()), ",",
         m.num_examples(), ",", Number(r.duration_seconds()), ",",
         cell(train && r.round() > 1, r.relative_improvement()), ",",
-        r.bytes_received(), ",", r.bytes_sent(), "\r\n");
+        r.bytes_received(), ",", r.bytes_sent(), ",",
+        cell(train && r.dp_noise_multiplier() > 0, r.dp_epsilon()), "\r\n");
   }
   return out;
 }

@@ -58,6 +58,7 @@ absl::Status CoordinatorOptions::Validate() const {
     return s;
   }
   if (absl::Status s = Budget().status(); !s.ok()) return s;
+  if (absl::Status s = ValidatePrivacy(); !s.ok()) return s;
   if (epochs < 1) return Bad("epochs", "must be at least 1");
   if (batch_size < 1) return Bad("batch_size", "must be at least 1");
   if (optimizer != "adadelta" && optimizer != "sgd" &&
@@ -83,6 +84,50 @@ absl::Status CoordinatorOptions::Validate() const {
     return Bad("chunk_bytes", "must be in [1024, 1048576]");
   }
   return absl::OkStatus();
+}
+
+absl::Status CoordinatorOptions::ValidatePrivacy() const {
+  if (!(dp_noise_multiplier >= 0 && std::isfinite(dp_noise_multiplier))) {
+    return Bad("dp_noise_multiplier", "must be >= 0 (0: no DP)");
+  }
+  if (!(dp_clip_norm >= 0 && std::isfinite(dp_clip_norm))) {
+    return Bad("dp_clip_norm", "must be >= 0");
+  }
+  if (!(dp_delta > 0 && dp_delta < 1)) {
+    return Bad("dp_delta", "must be in (0, 1)");
+  }
+  if (!(dp_max_epsilon >= 0 && std::isfinite(dp_max_epsilon))) {
+    return Bad("dp_max_epsilon", "must be >= 0 (0: no budget)");
+  }
+  const DpParams dp = Privacy();
+  if (!dp.enabled()) {
+    if (dp_clip_norm > 0) {
+      return Bad("dp_clip_norm",
+                 "without --dp_noise_multiplier gives no privacy; to clip "
+                 "alone use --strategy_config='clip_norm: C'");
+    }
+    if (dp_max_epsilon > 0) {
+      return Bad("dp_max_epsilon", "needs --dp_noise_multiplier > 0");
+    }
+    return absl::OkStatus();
+  }
+  if (!(dp_clip_norm > 0)) {
+    return Bad("dp_noise_multiplier",
+               "needs --dp_clip_norm > 0: the noise is scaled to the clip");
+  }
+  if (mode != Mode::kRounds) {
+    return Bad("dp_noise_multiplier",
+               "central DP needs --mode=rounds: its accounting is for rounds "
+               "that sample clients at random, which async versions do not");
+  }
+  return absl::OkStatus();
+}
+
+DpParams CoordinatorOptions::Privacy() const {
+  DpParams dp;
+  dp.clip_norm = dp_clip_norm;
+  dp.noise_multiplier = dp_noise_multiplier;
+  return dp;
 }
 
 absl::StatusOr<AggregationBudget> CoordinatorOptions::Budget() const {

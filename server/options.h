@@ -11,6 +11,7 @@
 #include "absl/time/time.h"
 #include "fedlearn/v1/config.pb.h"
 #include "fedlearn/v1/coordinator.pb.h"
+#include "server/privacy/dp_params.h"
 #include "server/strategy/update_store.h"
 
 namespace fedlearn {
@@ -54,8 +55,13 @@ struct CoordinatorOptions {
   // malformed size.
   absl::StatusOr<AggregationBudget> Budget() const;
 
+  // The --dp_* flags as the strategy takes them.
+  DpParams Privacy() const;
+
   // Checks ranges and combinations; INVALID_ARGUMENT naming the flag.
   absl::Status Validate() const;
+  // The --dp_* part of Validate.
+  absl::Status ValidatePrivacy() const;
 
   // The training plan these options give every client.
   v1::TrainingPlan Plan() const;

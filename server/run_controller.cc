@@ -91,7 +91,8 @@ RunController::RunController(CoordinatorOptions options, ModelSpec spec,
       clients_({options_.max_clients, options_.client_timeout, options_.seed}),
       scheduler_(MakeScheduler(options_)),
       stop_(options_.max_rounds, options_.convergence_threshold),
-      evaluation_(options_.tolerance, options_.eval_timeout) {
+      evaluation_(options_.tolerance, options_.eval_timeout),
+      privacy_(options_.dp_delta, options_.dp_max_epsilon) {
   v1::TrainingPlan plan = options_.Plan();
   plan.set_proximal_mu(static_cast<float>(strategy_.config.proximal_mu()));
   plan_ = std::make_shared<const v1::TrainingPlan>(std::move(plan));
@@ -106,6 +107,14 @@ RunController::RunController(CoordinatorOptions options, ModelSpec spec,
                  : v1::PHASE_WAITING_FOR_CLIENTS;
     history_.Restore({s.history().begin(), s.history().end()}, s.bytes_sent(),
                      s.bytes_received());
+    // The privacy spent is the composition of the released rounds, each
+    // record holding what it was charged.
+    for (const v1::RoundRecord& record : s.history()) {
+      if (record.dp_noise_multiplier() > 0) {
+        privacy_.Charge(record.dp_sampling_rate(),
+                        record.dp_noise_multiplier());
+      }
+    }
     if (s.has_previous_train_loss()) stop_.Restore(s.previous_train_loss());
     stop_reason_ = s.stop_reason();
     if (s.has_final_evaluation()) final_evaluation_ = s.final_evaluation();
@@ -405,7 +414,22 @@ void RunController::MaybeStartLocked(absl::Time now, Effects* effects) {
     return;
   }
   std::vector<std::string> sampled;
+  const int alive = clients_.CountAlive(now);
   if (*wanted > 0) sampled = clients_.Sample(clients_.Alive(now), *wanted);
+  if (strategy_.dp.enabled()) {
+    // q is the chance that a given client is in this round; a round that
+    // would take epsilon past the budget is never opened.
+    const double q = static_cast<double>(sampled.size()) / alive;
+    if (std::optional<std::string> refused =
+            privacy_.Refuse(q, strategy_.dp.noise_multiplier)) {
+      Logf("round %d: %s", version_ + 1, *refused);
+      StopTrainingLocked("privacy_budget", now, effects);
+      MaybeStartLocked(now, effects);
+      return;
+    }
+    step_sampling_rate_ = q;
+    strategy_.aggregator->BeginStep(static_cast<int>(sampled.size()));
+  }
   Opening opening =
       scheduler_->Open(std::move(sampled), global_, plan_, version_, now);
   phase_ = v1::PHASE_TRAINING;
@@ -549,6 +573,15 @@ void RunController::CloseStepLocked(absl::string_view outcome, absl::Time now,
     global_ = std::move(next);
     ++version_;
     ++counters.rounds_completed;
+    std::string privacy;
+    if (strategy_.dp.enabled()) {
+      privacy_.Charge(step_sampling_rate_, strategy_.dp.noise_multiplier);
+      record.set_dp_epsilon(privacy_.epsilon());
+      record.set_dp_sampling_rate(step_sampling_rate_);
+      record.set_dp_noise_multiplier(strategy_.dp.noise_multiplier);
+      privacy = absl::StrFormat(", epsilon %.4g (delta %g)", privacy_.epsilon(),
+                                privacy_.delta());
+    }
     const StopCondition::Verdict verdict =
         stop_.Observe(version_, closing.loss);
     if (verdict.improvement.has_value()) {
@@ -557,13 +590,14 @@ void RunController::CloseStepLocked(absl::string_view outcome, absl::Time now,
     const v1::RoundMetrics& m = record.metrics();
     Logf(
         "round %d: closed (%s) with %d of %d updates in %.2fs: train loss %.4f "
-        "accuracy %.4f%s",
+        "accuracy %.4f%s%s",
         record.round(), outcome, record.responded(), record.selected(),
         record.duration_seconds(), m.train_loss(), m.train_accuracy(),
         m.has_validation()
             ? absl::StrFormat(", validation loss %.4f accuracy %.4f",
                               m.validation_loss(), m.validation_accuracy())
-            : "");
+            : "",
+        privacy);
     if (verdict.stop) {
       StopTrainingLocked(verdict.reason, now, effects);
       stopped = true;
@@ -713,6 +747,15 @@ v1::GetStatusResponse RunController::GetStatus(RunCounters* counters) const {
   if (final_evaluation_.has_value()) {
     *status.mutable_final_evaluation() = *final_evaluation_;
   }
+  if (strategy_.dp.enabled()) {
+    v1::PrivacyStatus* privacy = status.mutable_privacy();
+    privacy->set_epsilon(privacy_.epsilon());
+    privacy->set_delta(privacy_.delta());
+    privacy->set_noise_multiplier(strategy_.dp.noise_multiplier);
+    privacy->set_clip_norm(strategy_.dp.clip_norm);
+    privacy->set_max_epsilon(privacy_.max_epsilon());
+    privacy->set_rounds(privacy_.rounds());
+  }
   status.set_bytes_received(history_.bytes_received());
   status.set_bytes_sent(history_.bytes_sent());
   if (counters != nullptr) *counters = history_.counters();
@@ -736,7 +779,8 @@ v1::GetStatusResponse RunController::GetStatus(RunCounters* counters) const {
     info->set_batches_done(c.batches_done);
     info->set_batches_total(c.batches_total);
     info->set_polling(c.active_polls > 0);
-    info->set_last_update_norm(c.last_update_norm);
+    // Under DP a client's own norm is a statistic no noise covers.
+    if (!strategy_.dp.enabled()) info->set_last_update_norm(c.last_update_norm);
     info->set_last_update_round(c.last_update_round);
   }
   return status;

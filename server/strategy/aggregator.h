@@ -40,6 +40,11 @@ class Aggregator {
   // abandoned one.
   virtual void Reset() = 0;
 
+  // A step opens for `sampled` > 0 clients (rounds mode), before its first
+  // fold. Only an aggregator with a fixed denominator (DpMeanAggregator) needs
+  // it.
+  virtual void BeginStep(int sampled) { (void)sampled; }
+
   // Thread-safe. Prepares `update` for FoldStaged: empty for a streaming
   // aggregator; errors as UpdateStore::Stage for a stored one.
   virtual absl::StatusOr<UpdateStore::Staged> Stage(

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/files.h"
+#include "server/strategy/dp_mean_aggregator.h"
 #include "server/strategy/robust_aggregator.h"
 
 namespace fedlearn {
@@ -170,25 +171,46 @@ absl::StatusOr<v1::StrategyConfig> ResolveStrategy(
 absl::StatusOr<Strategy> MakeStrategy(absl::string_view name,
                                       const v1::StrategyConfig& config,
                                       size_t num_parameters,
-                                      const AggregationBudget& budget) {
+                                      const AggregationBudget& budget,
+                                      const DpParams& dp) {
   absl::StatusOr<v1::StrategyConfig> resolved = ResolveStrategy(name, config);
   if (!resolved.ok()) return resolved.status();
   const Row& row = *FindRow(name);
   const v1::StrategyConfig& c = *resolved;
+  if (dp.enabled() && row.aggregation != Aggregation::kMean) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--dp_noise_multiplier: central DP is built on the mean of clipped "
+        "updates, not on --strategy=",
+        name,
+        "'s rule (whose sensitivity to one client the noise would not "
+        "cover): use fedavg, fedprox, fedavgm, fedadam, fedyogi or "
+        "fedadagrad"));
+  }
+  if (dp.enabled() && c.clip_norm() > 0) {
+    return absl::InvalidArgumentError(
+        "--strategy_config: clip_norm with --dp_noise_multiplier: DP clips "
+        "every update to --dp_clip_norm; give that one only");
+  }
   Strategy strategy;
   strategy.name = std::string(name);
   strategy.config = c;
-  if (c.clip_norm() > 0) {
-    strategy.transforms.push_back(std::make_unique<ClipToNorm>(c.clip_norm()));
-  }
+  strategy.dp = dp;
+  const double clip = dp.enabled() ? dp.clip_norm : c.clip_norm();
+  if (clip > 0)
+    strategy.transforms.push_back(std::make_unique<ClipToNorm>(clip));
   UpdateStore::Options store;
   store.num_parameters = num_parameters;
   store.memory_budget = budget.memory_bytes;
   store.spill_dir = budget.spill_dir;
   switch (row.aggregation) {
     case Aggregation::kMean:
-      strategy.aggregator =
-          std::make_unique<WeightedMeanAggregator>(num_parameters);
+      if (dp.enabled()) {
+        strategy.aggregator = std::make_unique<DpMeanAggregator>(
+            num_parameters, dp.clip_norm, dp.noise_multiplier);
+      } else {
+        strategy.aggregator =
+            std::make_unique<WeightedMeanAggregator>(num_parameters);
+      }
       break;
     case Aggregation::kMedian:
       strategy.aggregator = std::make_unique<MedianAggregator>(store);

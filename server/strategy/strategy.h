@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "fedlearn/v1/config.pb.h"
+#include "server/privacy/dp_params.h"
 #include "server/strategy/aggregator.h"
 #include "server/strategy/server_optimizer.h"
 #include "server/strategy/update_transform.h"
@@ -30,6 +31,9 @@ namespace fedlearn {
 //   fedtrimmedavg   coordinate-wise trimmed mean, SGD (eta 1)
 //   krum, multikrum Krum's choice / the mean of Multi-Krum's m best, SGD
 // The last four keep every update of a step (UpdateStore, to a budget).
+// Central differential privacy (DpParams) turns a mean strategy's clipping and
+// weighted mean into DP-FedAvg's (DpMeanAggregator); the optimizer after it is
+// post-processing and keeps the guarantee.
 struct Strategy {
   std::string name;
   v1::StrategyConfig config;  // every knob resolved (ResolveStrategy)
@@ -38,6 +42,7 @@ struct Strategy {
   std::unique_ptr<ServerOptimizer> optimizer;
   // Fewest updates the aggregator can finish a step with (Krum: 2f + 3).
   int min_updates = 1;
+  DpParams dp;  // as made; enabled() when the aggregator is DP's
 };
 
 // The names --strategy accepts, in the order --help lists them.
@@ -51,12 +56,14 @@ absl::StatusOr<v1::StrategyConfig> ResolveStrategy(
     absl::string_view name, const v1::StrategyConfig& config);
 
 // The strategy `name` with `config` (resolved as above) for a model of
-// `num_parameters`, a stored aggregator held to `budget`. Errors as
-// ResolveStrategy.
+// `num_parameters`, a stored aggregator held to `budget`, private with `dp`
+// when enabled. Errors as ResolveStrategy, and INVALID_ARGUMENT for DP with a
+// robust aggregation rule or with the clip_norm knob (DP clips itself).
 absl::StatusOr<Strategy> MakeStrategy(absl::string_view name,
                                       const v1::StrategyConfig& config,
                                       size_t num_parameters,
-                                      const AggregationBudget& budget = {});
+                                      const AggregationBudget& budget = {},
+                                      const DpParams& dp = {});
 
 // --strategy_config: `text` is the path of a file holding a StrategyConfig in
 // text format, or that text itself. INVALID_ARGUMENT naming the flag (and the

@@ -219,15 +219,43 @@ TEST(HistoryCsvTest, OneRowPerRecordWithBlanksForWhatDoesNotApply) {
             "round,attempt,kind,outcome,selected,responded,dropped,rejected,"
             "train_loss,train_accuracy,validation_loss,validation_accuracy,"
             "test_loss,test_accuracy,num_examples,duration_seconds,"
-            "relative_improvement,bytes_received,bytes_sent");
-  EXPECT_EQ(rows[1], "1,1,training,all,3,3,0,0,2,0.75,,,,,300,1.5,,1200,3600");
+            "relative_improvement,bytes_received,bytes_sent,dp_epsilon");
+  EXPECT_EQ(rows[1], "1,1,training,all,3,3,0,0,2,0.75,,,,,300,1.5,,1200,3600,");
   // Abandoned: no metrics that could be mistaken for a round's.
-  EXPECT_EQ(rows[2], "2,1,training,abandoned,3,1,2,0,,,,,,,300,1.5,,1200,3600");
+  EXPECT_EQ(rows[2],
+            "2,1,training,abandoned,3,1,2,0,,,,,,,300,1.5,,1200,3600,");
   EXPECT_EQ(rows[3],
             "2,2,training,quorum,3,3,0,0,1,0.75,1.25,0.8,,,300,1.5,0.5,1200,"
-            "3600");
+            "3600,");
   EXPECT_EQ(rows[4],
-            "2,1,evaluation,all,3,3,0,0,,,,,0.125,0.75,300,1.5,,1200,3600");
+            "2,1,evaluation,all,3,3,0,0,,,,,0.125,0.75,300,1.5,,1200,3600,");
+}
+
+TEST(HistoryCsvTest, PrivateRoundsCarryTheirEpsilon) {
+  v1::GetStatusResponse s = TrainingStatus();
+  s.mutable_history(0)->set_dp_noise_multiplier(1.0);
+  s.mutable_history(0)->set_dp_epsilon(0.5);
+  const std::vector<std::string> rows =
+      absl::StrSplit(RenderHistoryCsv(s), "\r\n", absl::SkipEmpty());
+  ASSERT_GE(rows.size(), 2u);
+  EXPECT_EQ(rows[1],
+            "1,1,training,all,3,3,0,0,2,0.75,,,,,300,1.5,,1200,3600,0.5");
+}
+
+TEST(PrometheusTest, PrivacyGaugesOnlyUnderDp) {
+  v1::GetStatusResponse s = TrainingStatus();
+  EXPECT_THAT(RenderPrometheus(s, TrainingCounters()),
+              testing::Not(testing::HasSubstr("fedlearn_dp_")));
+  s.mutable_privacy()->set_epsilon(1.25);
+  s.mutable_privacy()->set_delta(1e-5);
+  s.mutable_privacy()->set_max_epsilon(8);
+  s.mutable_privacy()->set_rounds(7);
+  const std::vector<std::string> lines =
+      Lines(RenderPrometheus(s, TrainingCounters()));
+  EXPECT_THAT(lines, testing::Contains("fedlearn_dp_epsilon 1.25"));
+  EXPECT_THAT(lines, testing::Contains("fedlearn_dp_delta 1e-05"));
+  EXPECT_THAT(lines, testing::Contains("fedlearn_dp_max_epsilon 8"));
+  EXPECT_THAT(lines, testing::Contains("fedlearn_dp_rounds_total 7"));
 }
 
 TEST(TensorStatsTest, MatchesHandComputedValues) {

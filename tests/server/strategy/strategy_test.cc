@@ -135,5 +135,47 @@ TEST(StrategyTest, ClipNormBoundsTheUpdatesNorm) {
   EXPECT_THAT(small, ElementsAre(0.3f, 0.4f));
 }
 
+TEST(StrategyTest, DpClipsEveryUpdateToExactlyC) {
+  DpParams dp;
+  dp.clip_norm = 0.75;
+  dp.noise_multiplier = 1.0;
+  for (const char* name :
+       {"fedavg", "fedprox", "fedavgm", "fedadam", "fedyogi", "fedadagrad"}) {
+    auto strategy = MakeStrategy(name, {}, 1000, {}, dp);
+    ASSERT_TRUE(strategy.ok()) << name << ": " << strategy.status();
+    EXPECT_TRUE(strategy->dp.enabled());
+    ASSERT_EQ(strategy->transforms.size(), 1u) << name;
+    // An update of norm ~18 leaves with norm C, direction kept.
+    std::vector<float> update(1000);
+    for (size_t i = 0; i < update.size(); ++i) {
+      update[i] = std::sin(static_cast<float>(i));
+    }
+    const std::vector<float> before = update;
+    strategy->transforms[0]->Apply(absl::MakeSpan(update));
+    EXPECT_NEAR(L2Norm(update), 0.75, 0.75 * 1e-6) << name;
+    const double scale = update[1] / before[1];
+    for (size_t i = 0; i < update.size(); i += 97) {
+      EXPECT_NEAR(update[i], before[i] * scale, 1e-6) << name << " at " << i;
+    }
+  }
+}
+
+TEST(StrategyTest, DpRefusesRobustRulesAndASecondClip) {
+  DpParams dp;
+  dp.clip_norm = 1;
+  dp.noise_multiplier = 1;
+  for (const char* name : {"fedmedian", "fedtrimmedavg", "krum", "multikrum"}) {
+    auto strategy = MakeStrategy(name, {}, 4, {}, dp);
+    EXPECT_EQ(strategy.status().code(), absl::StatusCode::kInvalidArgument)
+        << name;
+    EXPECT_THAT(strategy.status().message(), HasSubstr(name));
+  }
+  v1::StrategyConfig c;
+  c.set_clip_norm(5.0);
+  auto clipped = MakeStrategy("fedavg", c, 4, {}, dp);
+  EXPECT_EQ(clipped.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(clipped.status().message(), HasSubstr("--dp_clip_norm"));
+}
+
 }  // namespace
 }  // namespace fedlearn

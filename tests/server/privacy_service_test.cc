@@ -1,0 +1,231 @@
+// Central differential privacy end to end: a real coordinator over gRPC on a
+// loopback socket, scripted clients pushing hand-made updates (README,
+// "Differential privacy").
+
+#include <grpcpp/create_channel.h>
+
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/coordinator_client.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/coordinator_server.h"
+#include "server/privacy/rdp_accountant.h"
+#include "server/run_controller.h"
+#include "tests/server/scripted_clients.h"
+#include "tests/util/files.h"
+
+namespace fedlearn {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::Header;
+using testing::NextTask;
+using testing::SmallRun;
+
+// SmallRun (mlp_2nn, 3 clients a round) with DP: C = 1, z as given, and no
+// stop but max_rounds.
+CoordinatorOptions PrivateRun(double z) {
+  CoordinatorOptions o = SmallRun();
+  o.dp_clip_norm = 1.0;
+  o.dp_noise_multiplier = z;
+  o.convergence_threshold = -std::numeric_limits<double>::infinity();
+  return o;
+}
+
+class PrivacyServiceTest : public ::testing::Test {
+ protected:
+  void Start(const CoordinatorOptions& options) {
+    auto server = CoordinatorServer::Start(options, "127.0.0.1:0");
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(4 << 20);
+    channel_ =
+        grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", server_->port()),
+                                  grpc::InsecureChannelCredentials(), args);
+  }
+
+  std::vector<std::unique_ptr<CoordinatorClient>> JoinAll(int n) {
+    std::vector<std::unique_ptr<CoordinatorClient>> clients;
+    for (int i = 0; i < n; ++i) {
+      clients.push_back(std::make_unique<CoordinatorClient>(channel_));
+      auto joined = clients.back()->Join(v1::JoinRequest());
+      EXPECT_TRUE(joined.ok()) << joined.status();
+    }
+    return clients;
+  }
+
+  // Every client takes TRAIN for `round` and pushes `value` in every
+  // parameter.
+  void TrainRound(const std::vector<std::unique_ptr<CoordinatorClient>>& all,
+                  int64_t round, float value) {
+    for (auto& c : all) {
+      ASSERT_EQ(NextTask(*c).task.type(), v1::TASK_TYPE_TRAIN);
+      const std::vector<float> delta(NumParameters(), value);
+      auto pushed = c->PushUpdate(Header(round, 100, 1.0), delta);
+      ASSERT_TRUE(pushed.ok()) << pushed.status();
+    }
+  }
+
+  std::vector<float> Global() {
+    return *server_->controller().global_weights();
+  }
+  v1::GetStatusResponse Status() { return server_->controller().GetStatus(); }
+  size_t NumParameters() { return server_->controller().spec().num_parameters; }
+
+  std::unique_ptr<CoordinatorServer> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+};
+
+// The next model is the old one plus (sum of the clipped updates + N(0,
+// (zC)^2)) / (clients sampled), whatever each client claims as num_examples
+// and however few of the sampled answered.
+TEST_F(PrivacyServiceTest, TheModelMovesByTheClippedSumPlusNoiseOverSampled) {
+  CoordinatorOptions o = PrivateRun(/*z=*/0.01);
+  o.tolerance = 0.34;  // quorum 2 of the 3 sampled
+  Start(o);
+  auto clients = JoinAll(3);
+  const std::vector<float> before = Global();
+  const size_t d = NumParameters();
+  // Two of three push deltas of norm sqrt(d), clipped to 1: client 0 +1 in
+  // every coordinate, claiming 1000 times the examples; client 1 +1 in the
+  // even coordinates and -1 in the odd ones. Each clipped coordinate is
+  // +-1/sqrt(d): the sum is 2/sqrt(d) in even coordinates and 0 in odd ones,
+  // and Delta a third of that. (A mean weighted by examples would give about
+  // 1/sqrt(d) everywhere; one over the 2 that answered, 1/sqrt(d) and 0.)
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(NextTask(*clients[i]).task.type(), v1::TASK_TYPE_TRAIN);
+    std::vector<float> delta(d, 1.0f);
+    if (i == 1) {
+      for (size_t j = 1; j < d; j += 2) delta[j] = -1.0f;
+    }
+    auto pushed =
+        clients[i]->PushUpdate(Header(1, i == 0 ? 100000 : 100, 1.0), delta);
+    ASSERT_TRUE(pushed.ok()) << pushed.status();
+  }
+  ASSERT_EQ(Status().history_size(), 1);
+  ASSERT_EQ(Status().history(0).outcome(), "quorum");
+  const std::vector<float> after = Global();
+  const double even = 2.0 / 3.0 / std::sqrt(static_cast<double>(d));
+  const double noise = 0.01 * 1.0 / 3.0;  // z C / n
+  double sum = 0, squares = 0;
+  for (size_t i = 0; i < d; ++i) {
+    const double signal = i % 2 == 0 ? even : 0.0;
+    const double residual = (double{after[i]} - before[i]) - signal;
+    sum += residual;
+    squares += residual * residual;
+  }
+  // Six standard errors: the mean residual is the noise's mean, the mean
+  // square its variance (plus float rounding far below either bound).
+  EXPECT_NEAR(sum / d, 0.0, 6 * noise / std::sqrt(d));
+  EXPECT_NEAR(squares / d, noise * noise,
+              6 * noise * noise * std::sqrt(2.0 / d));
+}
+
+TEST_F(PrivacyServiceTest, EpsilonIsReportedPerRoundAndTheBudgetStopsTraining) {
+  CoordinatorOptions o = PrivateRun(/*z=*/1.0);
+  o.max_rounds = 10;
+  // 3 of 3 alive sampled: q = 1. A budget of two rounds' epsilon.
+  PrivacyAccountant expected(o.dp_delta, 0);
+  expected.Charge(1.0, 1.0);
+  const double after_one = expected.epsilon();
+  expected.Charge(1.0, 1.0);
+  o.dp_max_epsilon = expected.epsilon() * (1 + 1e-9);
+  Start(o);
+  auto clients = JoinAll(3);
+  TrainRound(clients, 1, 0.5f);
+  v1::GetStatusResponse status = Status();
+  ASSERT_TRUE(status.has_privacy());
+  EXPECT_DOUBLE_EQ(status.privacy().epsilon(), after_one);
+  EXPECT_EQ(status.privacy().rounds(), 1);
+  EXPECT_DOUBLE_EQ(status.privacy().noise_multiplier(), 1.0);
+  EXPECT_DOUBLE_EQ(status.privacy().clip_norm(), 1.0);
+  EXPECT_DOUBLE_EQ(status.history(0).dp_epsilon(), after_one);
+  EXPECT_DOUBLE_EQ(status.history(0).dp_sampling_rate(), 1.0);
+  EXPECT_EQ(status.phase(), v1::PHASE_TRAINING);
+  // A client's own update norm is not shown under DP.
+  for (const v1::ClientInfo& c : status.clients()) {
+    EXPECT_EQ(c.last_update_norm(), 0.0) << c.client_id();
+  }
+
+  TrainRound(clients, 2, 0.5f);
+  status = Status();
+  EXPECT_DOUBLE_EQ(status.privacy().epsilon(), expected.epsilon());
+  EXPECT_LE(status.privacy().epsilon(), o.dp_max_epsilon);
+  // A third round would pass the budget: training stops before it, and the
+  // evaluation phase runs as after convergence.
+  EXPECT_EQ(status.phase(), v1::PHASE_EVALUATING);
+  EXPECT_EQ(status.stop_reason(), "privacy_budget");
+  EXPECT_EQ(NextTask(*clients[0]).task.type(), v1::TASK_TYPE_EVALUATE);
+}
+
+TEST_F(PrivacyServiceTest, AResumedRunKeepsTheEpsilonItSpent) {
+  testing::ScopedTempDir dir;
+  CoordinatorOptions o = PrivateRun(/*z=*/0.8);
+  o.state_dir = dir.Path("state");
+  Start(o);
+  auto clients = JoinAll(3);
+  TrainRound(clients, 1, 0.25f);
+  TrainRound(clients, 2, 0.25f);
+  const double spent = Status().privacy().epsilon();
+  ASSERT_GT(spent, 0);
+  clients.clear();
+  server_.reset();
+
+  Start(o);
+  const v1::GetStatusResponse resumed = Status();
+  EXPECT_EQ(resumed.round(), 3);
+  EXPECT_DOUBLE_EQ(resumed.privacy().epsilon(), spent);
+  EXPECT_EQ(resumed.privacy().rounds(), 2);
+  // The third round adds to it, as in an uninterrupted run.
+  clients = JoinAll(3);
+  TrainRound(clients, 3, 0.25f);
+  PrivacyAccountant expected(o.dp_delta, 0);
+  for (int r = 0; r < 3; ++r) expected.Charge(1.0, 0.8);
+  EXPECT_DOUBLE_EQ(Status().privacy().epsilon(), expected.epsilon());
+}
+
+TEST(PrivacyOptionsTest, BadCombinationsNameTheFlag) {
+  auto error = [](CoordinatorOptions o) {
+    return std::string(o.Validate().message());
+  };
+  CoordinatorOptions o = PrivateRun(1.0);
+  EXPECT_TRUE(o.Validate().ok()) << o.Validate();
+
+  CoordinatorOptions no_clip = o;
+  no_clip.dp_clip_norm = 0;
+  EXPECT_THAT(error(no_clip), HasSubstr("--dp_clip_norm > 0"));
+  CoordinatorOptions clip_only = o;
+  clip_only.dp_noise_multiplier = 0;
+  EXPECT_THAT(error(clip_only), HasSubstr("no privacy"));
+  CoordinatorOptions budget_only = clip_only;
+  budget_only.dp_clip_norm = 0;
+  budget_only.dp_max_epsilon = 3;
+  EXPECT_THAT(error(budget_only), HasSubstr("--dp_max_epsilon"));
+  CoordinatorOptions async = o;
+  async.mode = Mode::kAsync;
+  EXPECT_THAT(error(async), HasSubstr("--mode=rounds"));
+  for (double delta : {0.0, 1.0, -1e-5}) {
+    CoordinatorOptions bad = o;
+    bad.dp_delta = delta;
+    EXPECT_THAT(error(bad), HasSubstr("--dp_delta")) << delta;
+  }
+  CoordinatorOptions negative = o;
+  negative.dp_noise_multiplier = -1;
+  EXPECT_THAT(error(negative), HasSubstr("--dp_noise_multiplier"));
+
+  CoordinatorOptions median = o;
+  median.strategy = "fedmedian";
+  auto refused = CoordinatorServer::Start(median, "127.0.0.1:0");
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(), HasSubstr("fedmedian"));
+}
+
+}  // namespace
+}  // namespace fedlearn
