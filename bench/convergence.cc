@@ -100,6 +100,10 @@ ABSL_FLAG(std::string, attack, "signflip",
           "what a Byzantine agent sends: signflip, noise or constant");
 ABSL_FLAG(std::string, aggregation_memory, "512MiB",
           "the coordinator's --aggregation_memory");
+ABSL_FLAG(double, dp_noise_multiplier, 0,
+          "central DP: the coordinator's --dp_noise_multiplier (0: no DP)");
+ABSL_FLAG(double, dp_clip_norm, 0, "central DP: --dp_clip_norm");
+ABSL_FLAG(double, dp_delta, 1e-5, "central DP: --dp_delta");
 ABSL_FLAG(std::string, partitions_out, "",
           "if set, write the partition here as JSON "
           "{\"partitions\": [[train indices of client 0], ...]}");
@@ -186,6 +190,9 @@ absl::Status Run() {
   }
   options.reset_client_optimizer = absl::GetFlag(FLAGS_reset_client_optimizer);
   options.aggregation_memory = absl::GetFlag(FLAGS_aggregation_memory);
+  options.dp_noise_multiplier = absl::GetFlag(FLAGS_dp_noise_multiplier);
+  options.dp_clip_norm = absl::GetFlag(FLAGS_dp_clip_norm);
+  options.dp_delta = absl::GetFlag(FLAGS_dp_delta);
   const int byzantine = absl::GetFlag(FLAGS_byzantine);
   FEDLEARN_ASSIGN_OR_RETURN(const Attack attack,
                             ParseAttack(absl::GetFlag(FLAGS_attack)));
@@ -260,14 +267,16 @@ absl::Status Run() {
       "\"epochs\":%d,\"batch_size\":%d,\"client_sizes\":[%s],"
       "\"test_examples\":%lld,\"max_rounds\":%d,\"target\":%.4f,"
       "\"strategy\":\"%s\",\"strategy_config\":\"%s\","
-      "\"reset_client_optimizer\":%s,\"byzantine\":%d,\"attack\":\"%s\"}\n",
+      "\"reset_client_optimizer\":%s,\"byzantine\":%d,\"attack\":\"%s\","
+      "\"dp_noise_multiplier\":%g,\"dp_clip_norm\":%g}\n",
       PartitionSchemeToString(scheme).c_str(), options.model.c_str(), clients,
       per_round, options.epochs, options.batch_size,
       absl::StrJoin(sizes, ",").c_str(), static_cast<long long>(test.size()),
       max_rounds, target, options.strategy.c_str(),
       controller.GetStatus().strategy_config().c_str(),
       options.reset_client_optimizer ? "true" : "false", byzantine,
-      byzantine > 0 ? absl::GetFlag(FLAGS_attack).c_str() : "none");
+      byzantine > 0 ? absl::GetFlag(FLAGS_attack).c_str() : "none",
+      options.dp_noise_multiplier, options.dp_clip_norm);
   {
     FEDLEARN_ASSIGN_OR_RETURN(EvalMetrics initial,
                               judge->Evaluate(*controller.global_weights()));
@@ -295,6 +304,9 @@ absl::Status Run() {
     Weights weights;
     double seconds = 0;
     std::vector<int> selected;
+    // The L2 norms of the round's accepted updates as sent (none under DP,
+    // which does not show them).
+    std::vector<double> update_norms;
   };
   absl::Mutex mu;
   std::deque<Closed> queue;  // each guarded by mu
@@ -325,11 +337,13 @@ absl::Status Run() {
           "{\"side\":\"fedlearn\",\"round\":%lld,\"outcome\":\"%s\","
           "\"responded\":%d,\"test_accuracy\":%.4f,\"test_loss\":%.4f,"
           "\"train_loss\":%.4f,\"round_seconds\":%.2f,"
-          "\"seconds_since_start\":%.2f,\"selected\":[%s]}\n",
+          "\"seconds_since_start\":%.2f,\"selected\":[%s],"
+          "\"dp_epsilon\":%.6g,\"update_norms\":[%s]}\n",
           static_cast<long long>(c.record.round()), c.record.outcome().c_str(),
           c.record.responded(), eval->accuracy, eval->loss,
           c.record.metrics().train_loss(), c.record.duration_seconds(),
-          c.seconds, absl::StrJoin(c.selected, ",").c_str());
+          c.seconds, absl::StrJoin(c.selected, ",").c_str(),
+          c.record.dp_epsilon(), absl::StrJoin(c.update_norms, ",").c_str());
       std::fflush(stdout);
       if (eval->accuracy >= target) {
         std::printf(
@@ -378,6 +392,12 @@ absl::Status Run() {
       if (auto it = agent_index.find(info.display_name());
           it != agent_index.end()) {
         index_of[info.client_id()] = it->second;
+      }
+      // The next round cannot have closed yet (its agents train for
+      // seconds), so a client's latest update of this round is its one.
+      if (info.last_update_round() == c.record.round() &&
+          info.last_update_norm() > 0) {
+        c.update_norms.push_back(info.last_update_norm());
       }
     }
     for (const std::string& id : c.record.selected_clients()) {

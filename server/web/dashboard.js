@@ -7,7 +7,8 @@
 // Test hooks (read by a headless-browser test, keep them stable):
 //   #phase #round #clients-joined #selected #responded #dropped #rejected #final-accuracy
 //     textContent is the plain value.
-//   svg#plot-loss, #plot-accuracy, #plot-durations, #plot-bytes, #plot-norms: one
+//   #dp-epsilon (central DP only; section#privacy hidden otherwise)
+//   svg#plot-loss, #plot-accuracy, #plot-durations, #plot-bytes, #plot-norms, #plot-epsilon: one
 //     <polyline data-series=NAME data-points=N> per series, N = values drawn.
 //   <body data-status-round=R data-updated=1> after the first successful render.
 //   table#clients: <tr data-client-id=ID> per client; table#tensors: <tr data-tensor=NAME>.
@@ -31,6 +32,8 @@
     sent: '#6366f1',
     normLatest: '#2563eb',
     normOlder: '#94a3b8',
+    epsilon: '#7c3aed',
+    budget: '#ef4444',
   };
 
   // ---------------------------------------------------------------------------------
@@ -670,7 +673,7 @@
       setNodeText(cells.progressText, busy ? fmtInt(done) + ' / ' + fmtInt(total) : '—');
       setNodeText(cells.rounds, String(num(c.rounds_contributed)));
       setNodeText(cells.seen, fmtAgo(c.last_seen_ms_ago));
-      setNodeText(cells.norm, num(c.last_update_round) > 0
+      setNodeText(cells.norm, num(c.last_update_round) > 0 && !status.privacy
         ? fmtSig(c.last_update_norm) + ' (round ' + num(c.last_update_round) + ')' : '—');
       row.tr.classList.toggle('gone', state === 'gone');
       if (tbody.children[i] !== row.tr) tbody.insertBefore(row.tr, tbody.children[i] || null);
@@ -683,8 +686,9 @@
     for (const c of clients) counts[c.state] = (counts[c.state] || 0) + 1;
     setText('clients-summary', Object.keys(counts).sort().map(k => counts[k] + ' ' + k).join(' · '));
 
-    // The gradient queue: latest update norm of every client that has pushed one.
-    const withNorm = clients.filter(c => num(c.last_update_round) > 0);
+    // The gradient queue: latest update norm of every client that has pushed one (none
+    // under central DP, which does not show a client's own norm).
+    const withNorm = status.privacy ? [] : clients.filter(c => num(c.last_update_round) > 0);
     const latest = withNorm.reduce((a, c) => Math.max(a, num(c.last_update_round)), 0);
     const norms = {
       id: 'last_update_norm', color: COLORS.normLatest,
@@ -702,7 +706,8 @@
     drawIfChanged('plot-norms', JSON.stringify([labels, norms, legend]), svg => drawBarChart(svg, {
       height: 240, categories: labels, series: [norms], legend: legend, xLabel: 'client', yLabel: 'L2 norm of update',
       yFormat: (v, step) => step >= 1 ? String(v) : v.toFixed(Math.min(4, -Math.floor(Math.log10(step)))),
-      emptyText: 'no client has pushed an update yet',
+      emptyText: status.privacy ? 'not shown under differential privacy'
+        : 'no client has pushed an update yet',
     }));
     if (withNorm.length) {
       const vals = norms.values;
@@ -714,6 +719,32 @@
     }
   }
 
+  // Central DP: epsilon after every released round, against the budget.
+  function renderPrivacy(status) {
+    const p = status.privacy;
+    $('privacy').hidden = !p;
+    if (!p) return;
+    const released = (status.history || []).filter(r => isTrainingRecord(r) && num(r.dp_noise_multiplier) > 0);
+    const budget = num(p.max_epsilon);
+    const series = [
+      {id: 'dp_epsilon', label: 'ε at δ = ' + fmtSig(p.delta), color: COLORS.epsilon,
+       points: released.map(r => ({x: num(r.round), y: num(r.dp_epsilon),
+         title: recordTitle(r) + ' · ε ' + fmtSig(r.dp_epsilon) + ' · q ' + fmtSig(r.dp_sampling_rate) +
+           ', z ' + fmtSig(r.dp_noise_multiplier)}))},
+      {id: 'dp_budget', label: 'budget', color: COLORS.budget, dash: true, points: [],
+       hline: budget > 0 ? {y: budget, text: 'budget ε ' + fmtSig(budget),
+                            title: 'training stops before a round would pass ε = ' + fmtSig(budget)} : null},
+    ];
+    drawIfChanged('plot-epsilon', JSON.stringify(series), svg => drawLinePlot(svg, {
+      height: 240, xLabel: 'round', yLabel: 'ε spent', includeZero: true, series: series,
+      yFormat: (v, step) => step >= 1 ? String(v) : v.toFixed(Math.min(4, -Math.floor(Math.log10(step)))),
+      emptyText: 'no private round released yet',
+    }));
+    setText('dp-epsilon', fmtSig(p.epsilon));
+    setText('privacy-summary', num(p.rounds) + ' rounds · noise multiplier z ' + fmtSig(p.noise_multiplier) +
+      ' · clip norm C ' + fmtSig(p.clip_norm) + (budget > 0 ? ' · budget ε ' + fmtSig(budget) : ' · no budget'));
+  }
+
   function setNodeText(node, text) {
     if (node.textContent !== text) node.textContent = text;
   }
@@ -721,7 +752,7 @@
   // Each part renders on its own, so a surprise in one part of the document leaves the
   // others live.
   function renderStatus(status) {
-    for (const part of [renderHeader, renderCards, renderCurves, renderRounds, renderClients]) {
+    for (const part of [renderHeader, renderCards, renderCurves, renderRounds, renderPrivacy, renderClients]) {
       try {
         part(status);
       } catch (e) {

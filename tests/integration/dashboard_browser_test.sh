@@ -5,7 +5,8 @@
 # that the numbers on the page are /api/status's; saves a screenshot.
 #
 #   dashboard_browser_test.sh COORDINATOR CLIENT SOURCE_DIR WORK_DIR SCREENSHOT [MODE]
-# MODE: rounds (default; 4 rounds of 3 agents) or async (--mode=async, 15 updates).
+# MODE: rounds (default; 4 rounds of 3 agents), async (--mode=async, 15 updates) or
+# private (rounds under central DP whose budget stops training after 3 rounds).
 # Exits 0 on success, 77 (skipped) without chromium or data/mnist, 1 on failure.
 set -uo pipefail
 COORDINATOR=$1 CLIENT=$2 SOURCE_DIR=$3 WORK=$4 SCREENSHOT=$5 MODE=${6:-rounds}
@@ -34,11 +35,11 @@ dump_dom() {
 # check_dom DOM STATUS_BEFORE STATUS_AFTER MODE: compares the rendered page with the
 # /api/status fetched just before and just after it was rendered.
 check_dom() {
-  "$python" - "$@" <<'PY'
+  "$python" - "$@" "$MODE" <<'PY'
 import json, sys
 from html.parser import HTMLParser
 
-dom_path, before_path, after_path, mode = sys.argv[1:5]
+dom_path, before_path, after_path, mode, run_mode = sys.argv[1:6]
 before, after = json.load(open(before_path)), json.load(open(after_path))
 
 class Page(HTMLParser):
@@ -124,8 +125,21 @@ if mode == "done":
     last = after["history"][-1]
     for key in ("selected", "responded", "dropped"):
         expect(text.get(key) == str(last[key]), f"{key} {text.get(key)} vs {last[key]}")
-    expect(page.series.get("last_update_norm", [0])[0] == len(after["clients"]),
-           f"update norms {page.series.get('last_update_norm')}")
+    # Under DP no client's own norm is shown.
+    norms = 0 if run_mode == "private" else len(after["clients"])
+    expect(page.series.get("last_update_norm", [-1])[0] == norms,
+           f"update norms {page.series.get('last_update_norm')}, expected {norms}")
+    if run_mode == "private":
+        expect(after["stop_reason"] == "privacy_budget", f"stop reason {after['stop_reason']}")
+        eps = page.series.get("dp_epsilon", [0])[0]
+        expect(eps == n == after["privacy"]["rounds"],
+               f"epsilon points {eps}, {n} rounds, {after['privacy']['rounds']} charged")
+        shown = "%g" % float("%.4g" % after["privacy"]["epsilon"])  # the page's fmtSig
+        expect(text.get("dp-epsilon") == shown, f"epsilon {text.get('dp-epsilon')} vs {shown}")
+        expect(page.series.get("dp_budget", [0])[0] == 1, "no budget line")
+    else:
+        expect("dp_epsilon" not in page.series or page.series["dp_epsilon"] == [0],
+               f"an epsilon curve without DP: {page.series.get('dp_epsilon')}")
 
 if errors:
     print("dashboard does not match /api/status:\n  " + "\n  ".join(errors), file=sys.stderr)
@@ -140,6 +154,11 @@ case "$MODE" in
     --rounds_between_validations=1 --convergence_threshold=-inf ;;
   async) start_coordinator --mode=async --min_clients=3 --max_rounds=15 \
     --convergence_threshold=-inf ;;
+  # q = 1, z = 3: epsilon 2.547 after 3 rounds, 2.992 after 4 (fedlearn-epsilon). C is
+  # small so that the noise (z C / 3 per coordinate) leaves the agents a model to train.
+  private) start_coordinator --min_clients=3 --clients_per_round=3 --max_rounds=6 \
+    --rounds_between_validations=1 --convergence_threshold=-inf \
+    --dp_noise_multiplier=3 --dp_clip_norm=0.01 --dp_max_epsilon=2.8 ;;
   *) fail "MODE is rounds or async, not $MODE" ;;
 esac
 start_agents 3
