@@ -537,7 +537,7 @@ absl::Status Agent::Push() {
       client_.PushUpdate(update.header, update.delta);
   if (pushed.ok()) {
     NoteContact(Op::kPush);
-    update.pending = false;
+    ForgetUpdate();
     // As it travelled: int8 updates are a quarter of the floats' bytes.
     const int64_t bytes =
         PayloadBytes(client_.spec(), update.header.encoding());
@@ -567,7 +567,7 @@ absl::Status Agent::Push() {
   const absl::Status& error = pushed.status();
   if (RoundMovedOn(error.code())) {
     NoteContact(Op::kPush);
-    update.pending = false;
+    ForgetUpdate();
     ++summary_.updates_rejected;
     ConsoleLogf(console_,
                 "%s: round %d: update not counted, the round moved on (%s)",
@@ -577,10 +577,20 @@ absl::Status Agent::Push() {
   // Keep the update for a coordinator that comes back; anything else it
   // refused would be refused again.
   if (!IsRetryable(error.code())) {
-    update.pending = false;
+    ForgetUpdate();
     ++summary_.updates_rejected;
   }
   return Recover(Op::kPush, error);
+}
+
+void Agent::ForgetUpdate() {
+  update_.pending = false;
+  std::fill(update_.delta.begin(), update_.delta.end(), 0.0f);
+}
+
+bool Agent::HoldsUpdateValues() const {
+  return std::any_of(update_.delta.begin(), update_.delta.end(),
+                     [](float v) { return v != 0.0f; });
 }
 
 absl::Status Agent::Evaluate(const CoordinatorClient::ReceivedTask& received) {

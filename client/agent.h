@@ -129,6 +129,12 @@ class Agent {
   // failed max_repeated_errors times in a row. Messages name the agent.
   absl::StatusOr<AgentSummary> Run();
 
+  // Whether any value of the last trained update is still held. An update is
+  // held only until its push is settled (accepted, or refused for good), then
+  // wiped: what a client's data taught its model lives no longer than it must.
+  // For tests; call when Run() is not running.
+  bool HoldsUpdateValues() const;
+
   // Makes Run() return CANCELLED soon: at once from a poll, a backoff or any
   // call over a MakeCoordinatorChannel channel; a round being trained is
   // finished first (Trainer has no way to be interrupted). Idempotent.
@@ -160,6 +166,9 @@ class Agent {
   absl::Status Train(CoordinatorClient::ReceivedTask task);
   // Pushes update_.
   absl::Status Push();
+  // The last update's push is settled: it is no longer pending and its values
+  // are zeroed (the buffer is kept, its pages touched once).
+  void ForgetUpdate();
   absl::Status Evaluate(const CoordinatorClient::ReceivedTask& task);
   // Waits `delay` unless stopped first; CANCELLED if stopped.
   absl::Status Pause(absl::Duration delay);

@@ -270,6 +270,8 @@ TEST_F(AgentTest, ThreeAgentsRunToDone) {
     EXPECT_EQ(summary.bytes_sent, 2 * model_bytes);
     EXPECT_EQ(summary.bytes_received, 3 * model_bytes);  // 2 TRAIN, 1 EVALUATE
     EXPECT_GT(summary.wall_time, absl::ZeroDuration());
+    // Each pushed update was wiped once the coordinator took it.
+    EXPECT_FALSE(agents[i]->agent().HoldsUpdateValues()) << i;
   }
   EXPECT_TRUE(server_->controller().AwaitClientsDone(absl::ZeroDuration()));
 
