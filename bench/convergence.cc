@@ -104,6 +104,8 @@ ABSL_FLAG(double, dp_noise_multiplier, 0,
           "central DP: the coordinator's --dp_noise_multiplier (0: no DP)");
 ABSL_FLAG(double, dp_clip_norm, 0, "central DP: --dp_clip_norm");
 ABSL_FLAG(double, dp_delta, 1e-5, "central DP: --dp_delta");
+ABSL_FLAG(double, dp_target_quantile, 0,
+          "central DP: --dp_target_quantile (0: a fixed clip norm)");
 ABSL_FLAG(std::string, partitions_out, "",
           "if set, write the partition here as JSON "
           "{\"partitions\": [[train indices of client 0], ...]}");
@@ -193,6 +195,7 @@ absl::Status Run() {
   options.dp_noise_multiplier = absl::GetFlag(FLAGS_dp_noise_multiplier);
   options.dp_clip_norm = absl::GetFlag(FLAGS_dp_clip_norm);
   options.dp_delta = absl::GetFlag(FLAGS_dp_delta);
+  options.dp_target_quantile = absl::GetFlag(FLAGS_dp_target_quantile);
   const int byzantine = absl::GetFlag(FLAGS_byzantine);
   FEDLEARN_ASSIGN_OR_RETURN(const Attack attack,
                             ParseAttack(absl::GetFlag(FLAGS_attack)));
@@ -338,12 +341,13 @@ absl::Status Run() {
           "\"responded\":%d,\"test_accuracy\":%.4f,\"test_loss\":%.4f,"
           "\"train_loss\":%.4f,\"round_seconds\":%.2f,"
           "\"seconds_since_start\":%.2f,\"selected\":[%s],"
-          "\"dp_epsilon\":%.6g,\"update_norms\":[%s]}\n",
+          "\"dp_epsilon\":%.6g,\"dp_clip_norm\":%.6g,\"update_norms\":[%s]}\n",
           static_cast<long long>(c.record.round()), c.record.outcome().c_str(),
           c.record.responded(), eval->accuracy, eval->loss,
           c.record.metrics().train_loss(), c.record.duration_seconds(),
           c.seconds, absl::StrJoin(c.selected, ",").c_str(),
-          c.record.dp_epsilon(), absl::StrJoin(c.update_norms, ",").c_str());
+          c.record.dp_epsilon(), c.record.dp_clip_norm(),
+          absl::StrJoin(c.update_norms, ",").c_str());
       std::fflush(stdout);
       if (eval->accuracy >= target) {
         std::printf(

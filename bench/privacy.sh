@@ -10,7 +10,8 @@
 # all its rounds (bench/convergence prints each round's norms), so that about half of the
 # updates would be clipped at the start: the rule of thumb of McMahan et al. 2018, and
 # the fixed point adaptive clipping (Andrew et al. 2021) tracks at quantile 0.5.
-# CLIP=C skips that and uses C.
+# CLIP=C skips that and uses C. A last run at z = 1 adapts C instead (--dp_target_quantile
+# 0.5, Andrew et al. 2021), starting from a tenth of that C.
 #
 # Environment: BUILD_DIR (default build-bench), ROUNDS (50), ZS ("0.5 1 2"), MODEL
 # (default mlp_2nn, the FedAvg paper's 2NN: a 50-round run takes minutes; the paper's
@@ -71,6 +72,17 @@ fi
 for z in $zs; do
   run "z$z" --dp_noise_multiplier="$z" --dp_clip_norm="$clip" --dp_delta=1e-5
 done
+# Adaptive clipping (Andrew et al. 2021) at z = 1, tracking the median norm from a
+# tenth of C: it needs no norms from a non-private run.
+adaptive_from=$("$python" -c "print('%.4g' % ($clip / 10))")
+run adaptive --dp_noise_multiplier=1 --dp_clip_norm="$adaptive_from" \
+  --dp_target_quantile=0.5 --dp_delta=1e-5
+"$python" - "$tmp/adaptive.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+clips = [r["dp_clip_norm"] for r in rows if r.get("round", 0) > 0 and "dp_clip_norm" in r]
+print("== adaptive clip norm by round: " + " ".join("%.3g" % c for c in clips[::5] + clips[-1:]))
+PY
 
 "$python" - "$tmp" "$zs" "$rounds" "$build/server/fedlearn-epsilon" <<'PY'
 import json, subprocess, sys
@@ -94,6 +106,8 @@ for z in zs:
     print(f"{'z=' + z:<12}{100 * r['test_accuracy']:>9.2f}%{r['dp_epsilon']:>10.4g}"
           f"{planned:>10.4g}")
     out[z] = r
+r = last("adaptive")
+print(f"{'z=1 adapt.':<12}{100 * r['test_accuracy']:>9.2f}%{r['dp_epsilon']:>10.4g}")
 z1 = out.get("1") or out.get("1.0")
 if z1 is None:
     print(f"nodp_acc={nodp['test_accuracy']:.4f}")

@@ -99,7 +99,26 @@ absl::Status CoordinatorOptions::ValidatePrivacy() const {
   if (!(dp_max_epsilon >= 0 && std::isfinite(dp_max_epsilon))) {
     return Bad("dp_max_epsilon", "must be >= 0 (0: no budget)");
   }
+  if (!(dp_target_quantile >= 0 && dp_target_quantile < 1)) {
+    return Bad("dp_target_quantile", "must be in [0, 1) (0: a fixed clip)");
+  }
+  if (!(dp_clip_learning_rate > 0 && std::isfinite(dp_clip_learning_rate))) {
+    return Bad("dp_clip_learning_rate", "must be > 0");
+  }
+  if (!(dp_clipped_count_stddev >= 0 &&
+        std::isfinite(dp_clipped_count_stddev))) {
+    return Bad("dp_clipped_count_stddev", "must be >= 0");
+  }
   const DpParams dp = Privacy();
+  if (dp_target_quantile > 0 && !dp.enabled()) {
+    return Bad("dp_target_quantile", "needs --dp_noise_multiplier > 0");
+  }
+  if (dp_clipped_count_stddev > 0 &&
+      !(dp_clipped_count_stddev > dp_noise_multiplier / 2)) {
+    return Bad("dp_clipped_count_stddev",
+               "must exceed --dp_noise_multiplier / 2: the count's noise is "
+               "part of the round's, z^-2 = z_sum^-2 + (2 sigma_b)^-2");
+  }
   if (!dp.enabled()) {
     if (dp_clip_norm > 0) {
       return Bad("dp_clip_norm",
@@ -127,6 +146,9 @@ DpParams CoordinatorOptions::Privacy() const {
   DpParams dp;
   dp.clip_norm = dp_clip_norm;
   dp.noise_multiplier = dp_noise_multiplier;
+  dp.target_quantile = dp_target_quantile;
+  dp.clip_learning_rate = dp_clip_learning_rate;
+  dp.clipped_count_stddev = dp_clipped_count_stddev;
   return dp;
 }
 

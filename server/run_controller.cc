@@ -113,6 +113,11 @@ RunController::RunController(CoordinatorOptions options, ModelSpec spec,
       if (record.dp_noise_multiplier() > 0) {
         privacy_.Charge(record.dp_sampling_rate(),
                         record.dp_noise_multiplier());
+        // Adaptive clipping goes on from the clip norm it had reached.
+        if (strategy_.dp_aggregator != nullptr &&
+            record.dp_next_clip_norm() > 0) {
+          strategy_.dp_aggregator->RestoreClipNorm(record.dp_next_clip_norm());
+        }
       }
     }
     if (s.has_previous_train_loss()) stop_.Restore(s.previous_train_loss());
@@ -481,7 +486,7 @@ absl::StatusOr<v1::PushGradientResponse> RunController::CommitUpdate(
   for (const auto& transform : strategy_.transforms) transform->Apply(delta);
   // A stored aggregator copies the update into its store here (memory, or a
   // spill file): dropped, unfolded, if the update is not accepted below.
-  absl::StatusOr<UpdateStore::Staged> staged =
+  absl::StatusOr<Aggregator::Staged> staged =
       strategy_.aggregator->Stage(delta);
   if (!staged.ok()) {
     RecordRejection(Rejection::kTooLarge);
@@ -579,8 +584,15 @@ void RunController::CloseStepLocked(absl::string_view outcome, absl::Time now,
       record.set_dp_epsilon(privacy_.epsilon());
       record.set_dp_sampling_rate(step_sampling_rate_);
       record.set_dp_noise_multiplier(strategy_.dp.noise_multiplier);
-      privacy = absl::StrFormat(", epsilon %.4g (delta %g)", privacy_.epsilon(),
-                                privacy_.delta());
+      const DpMeanAggregator& dp = *strategy_.dp_aggregator;
+      record.set_dp_clip_norm(dp.finished_clip_norm());
+      record.set_dp_next_clip_norm(dp.clip_norm());
+      privacy = absl::StrFormat(
+          ", epsilon %.4g (delta %g)%s", privacy_.epsilon(), privacy_.delta(),
+          strategy_.dp.adaptive()
+              ? absl::StrFormat(", clip norm %.4g -> %.4g",
+                                dp.finished_clip_norm(), dp.clip_norm())
+              : "");
     }
     const StopCondition::Verdict verdict =
         stop_.Observe(version_, closing.loss);
@@ -752,7 +764,8 @@ v1::GetStatusResponse RunController::GetStatus(RunCounters* counters) const {
     privacy->set_epsilon(privacy_.epsilon());
     privacy->set_delta(privacy_.delta());
     privacy->set_noise_multiplier(strategy_.dp.noise_multiplier);
-    privacy->set_clip_norm(strategy_.dp.clip_norm);
+    privacy->set_clip_norm(strategy_.dp_aggregator->clip_norm());
+    privacy->set_target_quantile(strategy_.dp.target_quantile);
     privacy->set_max_epsilon(privacy_.max_epsilon());
     privacy->set_rounds(privacy_.rounds());
   }

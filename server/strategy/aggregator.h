@@ -45,12 +45,21 @@ class Aggregator {
   // it.
   virtual void BeginStep(int sampled) { (void)sampled; }
 
-  // Thread-safe. Prepares `update` for FoldStaged: empty for a streaming
-  // aggregator; errors as UpdateStore::Stage for a stored one.
-  virtual absl::StatusOr<UpdateStore::Staged> Stage(
-      absl::Span<const float> update) {
+  // What Stage prepared for FoldStaged: a stored aggregator's copy of the
+  // update, and (central DP) whether its norm was within the clip norm before
+  // it was clipped.
+  struct Staged {
+    UpdateStore::Staged stored;
+    bool within_clip = true;
+  };
+
+  // Thread-safe. Prepares `update`, on the push's private buffer, for
+  // FoldStaged: nothing for the weighted mean; a stored aggregator copies it
+  // (errors as UpdateStore::Stage); central DP's clips it in place to the
+  // step's clip norm.
+  virtual absl::StatusOr<Staged> Stage(absl::Span<float> update) {
     (void)update;
-    return UpdateStore::Staged();
+    return Staged();
   }
 
   // Folds `update` (num_parameters values). `weight` > 0 is its share of the
@@ -62,8 +71,7 @@ class Aggregator {
 
   // Folds `update`, staged by Stage as `staged`.
   virtual void FoldStaged(double weight, double scale,
-                          absl::Span<const float> update,
-                          UpdateStore::Staged staged) {
+                          absl::Span<const float> update, Staged staged) {
     (void)staged;
     Fold(weight, scale, update);
   }

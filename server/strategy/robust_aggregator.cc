@@ -55,28 +55,34 @@ void StoredAggregator::Reset() {
   finished_ = false;
 }
 
-absl::StatusOr<UpdateStore::Staged> StoredAggregator::Stage(
-    absl::Span<const float> update) {
-  return store_.Stage(update);
+absl::StatusOr<Aggregator::Staged> StoredAggregator::Stage(
+    absl::Span<float> update) {
+  absl::StatusOr<UpdateStore::Staged> stored = store_.Stage(update);
+  if (!stored.ok()) return stored.status();
+  Staged staged;
+  staged.stored = *std::move(stored);
+  return staged;
 }
 
 void StoredAggregator::Fold(double weight, double scale,
                             absl::Span<const float> update) {
-  absl::StatusOr<UpdateStore::Staged> staged = store_.Stage(update);
-  if (!staged.ok()) {
-    if (fold_error_.ok()) fold_error_ = staged.status();
+  absl::StatusOr<UpdateStore::Staged> stored = store_.Stage(update);
+  if (!stored.ok()) {
+    if (fold_error_.ok()) fold_error_ = stored.status();
     return;
   }
-  FoldStaged(weight, scale, update, *std::move(staged));
+  Staged staged;
+  staged.stored = *std::move(stored);
+  FoldStaged(weight, scale, update, std::move(staged));
 }
 
 void StoredAggregator::FoldStaged(double weight, double scale,
                                   absl::Span<const float> update,
-                                  UpdateStore::Staged staged) {
+                                  Staged staged) {
   (void)weight;  // see the class comment: robust rules count clients
   (void)update;  // the store holds its copy
   assert(!finished_ && scale > 0);
-  store_.Keep(std::move(staged), scale);
+  store_.Keep(std::move(staged.stored), scale);
 }
 
 absl::StatusOr<absl::Span<const double>> StoredAggregator::Finish() {

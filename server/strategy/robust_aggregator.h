@@ -27,15 +27,14 @@ class StoredAggregator : public Aggregator {
 
   size_t bytes_per_update() const override { return store_.bytes_per_update(); }
   void Reset() override;
-  absl::StatusOr<UpdateStore::Staged> Stage(
-      absl::Span<const float> update) override;
+  absl::StatusOr<Staged> Stage(absl::Span<float> update) override;
   // Stages and keeps at once; on a staging error (budget spent with nowhere
   // to spill, a full disk) the update is not folded and the error kept for
   // Finish to return.
   void Fold(double weight, double scale,
             absl::Span<const float> update) override;
   void FoldStaged(double weight, double scale, absl::Span<const float> update,
-                  UpdateStore::Staged staged) override;
+                  Staged staged) override;
   int count() const override { return store_.count(); }
   absl::StatusOr<absl::Span<const double>> Finish() override;
 

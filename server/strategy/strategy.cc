@@ -195,9 +195,10 @@ absl::StatusOr<Strategy> MakeStrategy(absl::string_view name,
   strategy.name = std::string(name);
   strategy.config = c;
   strategy.dp = dp;
-  const double clip = dp.enabled() ? dp.clip_norm : c.clip_norm();
-  if (clip > 0)
-    strategy.transforms.push_back(std::make_unique<ClipToNorm>(clip));
+  // DP clips in its aggregator's Stage, to the step's C.
+  if (c.clip_norm() > 0) {
+    strategy.transforms.push_back(std::make_unique<ClipToNorm>(c.clip_norm()));
+  }
   UpdateStore::Options store;
   store.num_parameters = num_parameters;
   store.memory_budget = budget.memory_bytes;
@@ -205,8 +206,10 @@ absl::StatusOr<Strategy> MakeStrategy(absl::string_view name,
   switch (row.aggregation) {
     case Aggregation::kMean:
       if (dp.enabled()) {
-        strategy.aggregator = std::make_unique<DpMeanAggregator>(
-            num_parameters, dp.clip_norm, dp.noise_multiplier);
+        auto aggregator =
+            std::make_unique<DpMeanAggregator>(num_parameters, dp);
+        strategy.dp_aggregator = aggregator.get();
+        strategy.aggregator = std::move(aggregator);
       } else {
         strategy.aggregator =
             std::make_unique<WeightedMeanAggregator>(num_parameters);

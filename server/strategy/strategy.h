@@ -11,6 +11,7 @@
 #include "fedlearn/v1/config.pb.h"
 #include "server/privacy/dp_params.h"
 #include "server/strategy/aggregator.h"
+#include "server/strategy/dp_mean_aggregator.h"
 #include "server/strategy/server_optimizer.h"
 #include "server/strategy/update_transform.h"
 
@@ -43,6 +44,8 @@ struct Strategy {
   // Fewest updates the aggregator can finish a step with (Krum: 2f + 3).
   int min_updates = 1;
   DpParams dp;  // as made; enabled() when the aggregator is DP's
+  // The aggregator as DP's, when dp.enabled(): its clip norm per step.
+  DpMeanAggregator* dp_aggregator = nullptr;
 };
 
 // The names --strategy accepts, in the order --help lists them.

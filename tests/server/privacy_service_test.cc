@@ -191,6 +191,33 @@ TEST_F(PrivacyServiceTest, AResumedRunKeepsTheEpsilonItSpent) {
   EXPECT_DOUBLE_EQ(Status().privacy().epsilon(), expected.epsilon());
 }
 
+TEST_F(PrivacyServiceTest, AdaptiveClipNormIsRecordedAndSurvivesARestart) {
+  testing::ScopedTempDir dir;
+  CoordinatorOptions o = PrivateRun(/*z=*/0.01);
+  o.dp_target_quantile = 0.5;  // sigma_b: max(3 / 20, z) = 0.15
+  o.state_dir = dir.Path("state");
+  Start(o);
+  auto clients = JoinAll(3);
+  // Every update (norm 0.5 sqrt(d)) is over C = 1: the noised share within C
+  // is 0 +- 0.05, and C grows by about exp(0.2 x 0.5).
+  TrainRound(clients, 1, 0.5f);
+  v1::GetStatusResponse status = Status();
+  const v1::RoundRecord& r = status.history(0);
+  EXPECT_EQ(r.dp_clip_norm(), 1.0);
+  EXPECT_NEAR(r.dp_next_clip_norm(), std::exp(0.1), 0.05);
+  EXPECT_EQ(status.privacy().clip_norm(), r.dp_next_clip_norm());
+  EXPECT_EQ(status.privacy().target_quantile(), 0.5);
+  const double next = r.dp_next_clip_norm();
+  clients.clear();
+  server_.reset();
+
+  Start(o);
+  EXPECT_EQ(Status().privacy().clip_norm(), next);
+  clients = JoinAll(3);
+  TrainRound(clients, 2, 0.5f);
+  EXPECT_EQ(Status().history(1).dp_clip_norm(), next);
+}
+
 TEST(PrivacyOptionsTest, BadCombinationsNameTheFlag) {
   auto error = [](CoordinatorOptions o) {
     return std::string(o.Validate().message());
@@ -219,6 +246,18 @@ TEST(PrivacyOptionsTest, BadCombinationsNameTheFlag) {
   CoordinatorOptions negative = o;
   negative.dp_noise_multiplier = -1;
   EXPECT_THAT(error(negative), HasSubstr("--dp_noise_multiplier"));
+  CoordinatorOptions quantile = o;
+  quantile.dp_target_quantile = 1.0;
+  EXPECT_THAT(error(quantile), HasSubstr("--dp_target_quantile"));
+  quantile.dp_target_quantile = 0.5;
+  quantile.dp_clipped_count_stddev = 0.5;  // = z / 2: no split exists
+  EXPECT_THAT(error(quantile), HasSubstr("--dp_clipped_count_stddev"));
+  quantile.dp_clipped_count_stddev = 0.6;
+  EXPECT_TRUE(quantile.Validate().ok()) << quantile.Validate();
+  CoordinatorOptions adaptive_only = clip_only;
+  adaptive_only.dp_clip_norm = 0;
+  adaptive_only.dp_target_quantile = 0.5;
+  EXPECT_THAT(error(adaptive_only), HasSubstr("--dp_target_quantile"));
 
   CoordinatorOptions median = o;
   median.strategy = "fedmedian";

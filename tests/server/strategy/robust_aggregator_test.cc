@@ -198,7 +198,9 @@ TEST(StoredAggregatorTest, AStagedUpdateNotFoldedChangesNothing) {
     if (i == 0) {
       // A push staged (in the budget's last slot or a spill file), then
       // rejected: dropped without a fold.
-      absl::StatusOr<UpdateStore::Staged> staged = with.Stage(updates[3]);
+      std::vector<float> rejected = updates[3];
+      absl::StatusOr<Aggregator::Staged> staged =
+          with.Stage(absl::MakeSpan(rejected));
       ASSERT_TRUE(staged.ok()) << staged.status();
     }
   }
@@ -231,20 +233,22 @@ TEST(StoredAggregatorTest, SpillFilesHaveNoNames) {
 
 TEST(StoredAggregatorTest, BudgetSpentWithNowhereToSpillIsResourceExhausted) {
   MedianAggregator median({10, 80, ""});  // two updates
-  EXPECT_TRUE(median.Stage(std::vector<float>(10)).ok());
-  absl::StatusOr<UpdateStore::Staged> a = median.Stage(std::vector<float>(10));
-  absl::StatusOr<UpdateStore::Staged> b = median.Stage(std::vector<float>(10));
+  std::vector<float> update(10);
+  EXPECT_TRUE(median.Stage(absl::MakeSpan(update)).ok());
+  absl::StatusOr<Aggregator::Staged> a = median.Stage(absl::MakeSpan(update));
+  absl::StatusOr<Aggregator::Staged> b = median.Stage(absl::MakeSpan(update));
   ASSERT_TRUE(a.ok());  // the first one's share came back when it was dropped
   ASSERT_TRUE(b.ok());
-  absl::StatusOr<UpdateStore::Staged> c = median.Stage(std::vector<float>(10));
+  absl::StatusOr<Aggregator::Staged> c = median.Stage(absl::MakeSpan(update));
   EXPECT_EQ(c.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(c.status().message(), HasSubstr("no spill directory"));
 }
 
 TEST(StoredAggregatorTest, AnUnwritableSpillDirectoryIsAClearError) {
   MedianAggregator median({10, 0, "/proc/no-such-dir"});
-  absl::StatusOr<UpdateStore::Staged> staged =
-      median.Stage(std::vector<float>(10));
+  std::vector<float> update(10);
+  absl::StatusOr<Aggregator::Staged> staged =
+      median.Stage(absl::MakeSpan(update));
   EXPECT_EQ(staged.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(staged.status().message(),
               HasSubstr("cannot make a spill file in /proc/no-such-dir"));

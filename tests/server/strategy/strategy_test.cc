@@ -144,14 +144,18 @@ TEST(StrategyTest, DpClipsEveryUpdateToExactlyC) {
     auto strategy = MakeStrategy(name, {}, 1000, {}, dp);
     ASSERT_TRUE(strategy.ok()) << name << ": " << strategy.status();
     EXPECT_TRUE(strategy->dp.enabled());
-    ASSERT_EQ(strategy->transforms.size(), 1u) << name;
+    // DP clips in its aggregator's Stage, not in a transform of its own.
+    EXPECT_TRUE(strategy->transforms.empty()) << name;
+    ASSERT_EQ(strategy->dp_aggregator, strategy->aggregator.get()) << name;
     // An update of norm ~18 leaves with norm C, direction kept.
     std::vector<float> update(1000);
     for (size_t i = 0; i < update.size(); ++i) {
       update[i] = std::sin(static_cast<float>(i));
     }
     const std::vector<float> before = update;
-    strategy->transforms[0]->Apply(absl::MakeSpan(update));
+    auto staged = strategy->aggregator->Stage(absl::MakeSpan(update));
+    ASSERT_TRUE(staged.ok());
+    EXPECT_FALSE(staged->within_clip);
     EXPECT_NEAR(L2Norm(update), 0.75, 0.75 * 1e-6) << name;
     const double scale = update[1] / before[1];
     for (size_t i = 0; i < update.size(); i += 97) {
