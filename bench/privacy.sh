@@ -105,6 +105,9 @@ for z in zs:
     planned = json.loads(planned)["epsilon"][-1]
     print(f"{'z=' + z:<12}{100 * r['test_accuracy']:>9.2f}%{r['dp_epsilon']:>10.4g}"
           f"{planned:>10.4g}")
+    if abs(r["dp_epsilon"] - planned) > 1e-4 * planned:
+        sys.exit(f"z={z}: the coordinator reported epsilon {r['dp_epsilon']}, "
+                 f"fedlearn-epsilon plans {planned}")
     out[z] = r
 r = last("adaptive")
 print(f"{'z=1 adapt.':<12}{100 * r['test_accuracy']:>9.2f}%{r['dp_epsilon']:>10.4g}")

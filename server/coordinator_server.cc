@@ -80,6 +80,33 @@ absl::Status LoadModel(const CoordinatorOptions& options, ModelSpec* spec,
   return absl::OkStatus();
 }
 
+// A saved run resumes only under the privacy it was trained with: its
+// released rounds' records say what that was (no noise, or z and, for a fixed
+// clip norm, C). FAILED_PRECONDITION naming the flags otherwise.
+absl::Status CheckResumedPrivacy(const CoordinatorOptions& options,
+                                 const v1::CoordinatorState& state) {
+  const DpParams dp = options.Privacy();
+  for (const v1::RoundRecord& r : state.history()) {
+    if (r.evaluation() || r.outcome() == "abandoned" || r.outcome() == "open") {
+      continue;
+    }
+    const bool same =
+        r.dp_noise_multiplier() == dp.noise_multiplier &&
+        (!dp.enabled() || dp.adaptive() || r.dp_clip_norm() == dp.clip_norm);
+    if (!same) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          options.state_dir, " holds a run whose round ", r.round(),
+          " was released with --dp_noise_multiplier=", r.dp_noise_multiplier(),
+          r.dp_noise_multiplier() > 0
+              ? absl::StrCat(" --dp_clip_norm=", r.dp_clip_norm())
+              : std::string(),
+          ": resume it with the same privacy settings, or use another "
+          "--state_dir"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
@@ -115,6 +142,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
             options.strategy, " (use --strategy=", strategy,
             " or another --state_dir)"));
       }
+      FEDLEARN_RETURN_IF_ERROR(CheckResumedPrivacy(options, resume->state));
     }
   }
   FEDLEARN_ASSIGN_OR_RETURN(AggregationBudget budget, options.Budget());

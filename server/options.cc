@@ -114,10 +114,11 @@ absl::Status CoordinatorOptions::ValidatePrivacy() const {
     return Bad("dp_target_quantile", "needs --dp_noise_multiplier > 0");
   }
   if (dp_clipped_count_stddev > 0 &&
-      !(dp_clipped_count_stddev > dp_noise_multiplier / 2)) {
+      !DpParams::CountStddevFits(dp_clipped_count_stddev,
+                                 dp_noise_multiplier)) {
     return Bad("dp_clipped_count_stddev",
                "must exceed --dp_noise_multiplier / 2: the count's noise is "
-               "part of the round's, z^-2 = z_sum^-2 + (2 sigma_b)^-2");
+               "part of the round's (server/privacy/dp_params.h)");
   }
   if (!dp.enabled()) {
     if (dp_clip_norm > 0) {

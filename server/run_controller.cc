@@ -109,16 +109,31 @@ RunController::RunController(CoordinatorOptions options, ModelSpec spec,
                      s.bytes_received());
     // The privacy spent is the composition of the released rounds, each
     // record holding what it was charged.
+    const v1::RoundRecord* last_private = nullptr;
     for (const v1::RoundRecord& record : s.history()) {
       if (record.dp_noise_multiplier() > 0) {
         privacy_.Charge(record.dp_sampling_rate(),
                         record.dp_noise_multiplier());
-        // Adaptive clipping goes on from the clip norm it had reached.
-        if (strategy_.dp_aggregator != nullptr &&
-            record.dp_next_clip_norm() > 0) {
-          strategy_.dp_aggregator->RestoreClipNorm(record.dp_next_clip_norm());
-        }
+        last_private = &record;
       }
+    }
+    if (strategy_.dp.enabled() && last_private != nullptr) {
+      // Adaptive clipping goes on from the clip norm it had reached.
+      if (strategy_.dp.adaptive()) {
+        strategy_.dp_aggregator->RestoreClipNorm(
+            last_private->dp_next_clip_norm());
+      }
+      dp_unrecorded_rounds_ = s.dp_unrecorded_rounds();
+      if (phase_ == v1::PHASE_WAITING_FOR_CLIENTS) ++dp_unrecorded_rounds_;
+      for (int i = 0; i < dp_unrecorded_rounds_; ++i) {
+        privacy_.Charge(last_private->dp_sampling_rate(),
+                        last_private->dp_noise_multiplier());
+      }
+      Logf(
+          "run %s: epsilon %.4g after %d rounds, %d of them charged for a "
+          "release a crash may have left unrecorded",
+          run_id_, privacy_.epsilon(), privacy_.rounds(),
+          dp_unrecorded_rounds_);
     }
     if (s.has_previous_train_loss()) stop_.Restore(s.previous_train_loss());
     stop_reason_ = s.stop_reason();
@@ -229,6 +244,7 @@ std::function<void()> RunController::SaveLocked() {
   s.set_bytes_received(history_.bytes_received());
   s.set_bytes_sent(history_.bytes_sent());
   s.set_sampler(clients_.SamplerState());
+  s.set_dp_unrecorded_rounds(dp_unrecorded_rounds_);
   run.weights = global_;
   run.optimizer = strategy_.optimizer->State();
   return [this, run = std::move(run)] {
@@ -412,14 +428,13 @@ void RunController::MaybeStartLocked(absl::Time now, Effects* effects) {
   }
   if (scheduler_->is_open()) return;
   // A count only: async mode reopens after every version and samples nobody.
-  const std::optional<int> wanted =
-      scheduler_->WantClients(clients_.CountAlive(now));
+  const int alive = clients_.CountAlive(now);
+  const std::optional<int> wanted = scheduler_->WantClients(alive);
   if (!wanted.has_value()) {
     phase_ = v1::PHASE_WAITING_FOR_CLIENTS;
     return;
   }
   std::vector<std::string> sampled;
-  const int alive = clients_.CountAlive(now);
   if (*wanted > 0) sampled = clients_.Sample(clients_.Alive(now), *wanted);
   if (strategy_.dp.enabled()) {
     // q is the chance that a given client is in this round; a round that

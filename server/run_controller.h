@@ -246,6 +246,8 @@ class RunController {
   // of the open round, charged when it releases a model.
   PrivacyAccountant privacy_ ABSL_GUARDED_BY(mu_);
   double step_sampling_rate_ ABSL_GUARDED_BY(mu_) = 0;
+  // Rounds charged for releases a crash may have left unrecorded (state.proto).
+  int dp_unrecorded_rounds_ ABSL_GUARDED_BY(mu_) = 0;
 
   std::thread timer_;
 };

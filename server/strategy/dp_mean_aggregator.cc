@@ -27,17 +27,9 @@ void DpMeanAggregator::Reset() {
   finished_ = false;
 }
 
-double DpMeanAggregator::CountStddev(int sampled) const {
-  if (params_.clipped_count_stddev > 0) return params_.clipped_count_stddev;
-  // Andrew et al.'s choice, n / 20, raised to z where that is smaller: below
-  // z / 2 no split of the budget exists, and at z the count takes a quarter
-  // of it (z_Delta = 1.15 z).
-  return std::max(sampled / 20.0, params_.noise_multiplier);
-}
-
-double DpMeanAggregator::SumNoiseMultiplier(int sampled) const {
-  const double z = params_.noise_multiplier;
-  if (!params_.adaptive()) return z;
+double DpParams::SumNoiseMultiplier(int sampled) const {
+  const double z = noise_multiplier;
+  if (!adaptive()) return z;
   const double sigma_b = CountStddev(sampled);
   return 1 / std::sqrt(1 / (z * z) - 1 / (4 * sigma_b * sigma_b));
 }
@@ -77,20 +69,23 @@ absl::StatusOr<absl::Span<const double>> DpMeanAggregator::Finish() {
   assert(count_ > 0 && sampled_ >= count_);
   if (finished_) return absl::Span<const double>(sum_);
   const double c = clip_norm_.load();
-  if (absl::Status s = AddSecureGaussianNoise(SumNoiseMultiplier(sampled_) * c,
-                                              absl::MakeSpan(sum_));
+  if (absl::Status s = AddSecureGaussianNoise(
+          params_.SumNoiseMultiplier(sampled_) * c, absl::MakeSpan(sum_));
       !s.ok()) {
     return s;
   }
   double next = c;
   if (params_.adaptive()) {
-    double within = within_clip_;
-    if (absl::Status s = AddSecureGaussianNoise(CountStddev(sampled_),
-                                                absl::MakeSpan(&within, 1));
+    // Each flag centred to +-1/2, so that one client moves the count by at
+    // most 1/2 (DpParams::CountStddev); the share within C is then estimated
+    // as (noised centred count) / n + 1/2, held to [0, 1].
+    double centred = within_clip_ - 0.5 * count_;
+    if (absl::Status s = AddSecureGaussianNoise(params_.CountStddev(sampled_),
+                                                absl::MakeSpan(&centred, 1));
         !s.ok()) {
       return s;
     }
-    const double share = within / sampled_;
+    const double share = std::clamp(centred / sampled_ + 0.5, 0.0, 1.0);
     next = c * std::exp(-params_.clip_learning_rate *
                         (share - params_.target_quantile));
   }

@@ -24,11 +24,12 @@ namespace fedlearn {
 //
 // Adaptive clipping (DpParams::adaptive, Andrew et al. 2021, "Differentially
 // private learning with adaptive clipping"): Stage also notes whether the
-// update was within C; Finish noises that count with N(0, sigma_b^2) and moves
-// C for the next step to C exp(-eta_C (b - gamma)), b the noised share within
-// C. The update sum's noise multiplier is then z_Delta = (z^-2 -
-// (2 sigma_b)^-2)^-1/2, so that the two releases together are one Gaussian
-// mechanism of multiplier z: the accountant charges z, as without adaptation.
+// update was within C; Finish noises the count of those (each flag centred to
+// +-1/2) with N(0, sigma_b^2) and moves C for the next step to
+// C exp(-eta_C (b - gamma)), b the noised share within C. The update sum's
+// noise multiplier is then DpParams::SumNoiseMultiplier, so that the two
+// releases together are one Gaussian mechanism of multiplier z: the
+// accountant charges z, as without adaptation.
 //
 // C changes only in Finish, under the controller's lock at a step's close;
 // Stage reads it outside the lock. A push staged across a close is rejected by
@@ -61,10 +62,6 @@ class DpMeanAggregator final : public Aggregator {
   double finished_clip_norm() const { return finished_clip_norm_; }
   // A resumed run's C.
   void RestoreClipNorm(double clip_norm) { clip_norm_.store(clip_norm); }
-  // The noise multiplier on the update sum for `sampled` clients (z, or
-  // z_Delta when adaptive), and sigma_b.
-  double SumNoiseMultiplier(int sampled) const;
-  double CountStddev(int sampled) const;
 
  private:
   const DpParams params_;

@@ -159,7 +159,7 @@ case "$MODE" in
   private) start_coordinator --min_clients=3 --clients_per_round=3 --max_rounds=6 \
     --rounds_between_validations=1 --convergence_threshold=-inf \
     --dp_noise_multiplier=3 --dp_clip_norm=0.01 --dp_max_epsilon=2.8 ;;
-  *) fail "MODE is rounds or async, not $MODE" ;;
+  *) fail "MODE is rounds, async or private, not $MODE" ;;
 esac
 start_agents 3
 

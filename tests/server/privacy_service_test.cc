@@ -5,6 +5,7 @@
 #include <grpcpp/create_channel.h>
 
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <string>
@@ -168,6 +169,7 @@ TEST_F(PrivacyServiceTest, EpsilonIsReportedPerRoundAndTheBudgetStopsTraining) {
 TEST_F(PrivacyServiceTest, AResumedRunKeepsTheEpsilonItSpent) {
   testing::ScopedTempDir dir;
   CoordinatorOptions o = PrivateRun(/*z=*/0.8);
+  o.max_rounds = 10;  // every resume below is mid-training
   o.state_dir = dir.Path("state");
   Start(o);
   auto clients = JoinAll(3);
@@ -178,17 +180,64 @@ TEST_F(PrivacyServiceTest, AResumedRunKeepsTheEpsilonItSpent) {
   clients.clear();
   server_.reset();
 
+  // Resumed: the two recorded rounds, and one more for a release a crash may
+  // have left unrecorded (the model goes out before its save).
   Start(o);
   const v1::GetStatusResponse resumed = Status();
   EXPECT_EQ(resumed.round(), 3);
-  EXPECT_DOUBLE_EQ(resumed.privacy().epsilon(), spent);
-  EXPECT_EQ(resumed.privacy().rounds(), 2);
-  // The third round adds to it, as in an uninterrupted run.
-  clients = JoinAll(3);
-  TrainRound(clients, 3, 0.25f);
   PrivacyAccountant expected(o.dp_delta, 0);
   for (int r = 0; r < 3; ++r) expected.Charge(1.0, 0.8);
+  EXPECT_GT(resumed.privacy().epsilon(), spent);
+  EXPECT_DOUBLE_EQ(resumed.privacy().epsilon(), expected.epsilon());
+  EXPECT_EQ(resumed.privacy().rounds(), 3);
+  // The third round adds to it; a second resume adds its own unrecorded one.
+  clients = JoinAll(3);
+  TrainRound(clients, 3, 0.25f);
+  expected.Charge(1.0, 0.8);
   EXPECT_DOUBLE_EQ(Status().privacy().epsilon(), expected.epsilon());
+  clients.clear();
+  server_.reset();
+  Start(o);
+  expected.Charge(1.0, 0.8);
+  EXPECT_DOUBLE_EQ(Status().privacy().epsilon(), expected.epsilon());
+  EXPECT_EQ(Status().privacy().rounds(), 5);
+  server_.reset();
+
+  // Other privacy settings on the same directory are refused, as another
+  // strategy would be.
+  for (auto change : std::vector<std::function<void(CoordinatorOptions&)>>{
+           [](CoordinatorOptions& c) { c.dp_noise_multiplier = 2.0; },
+           [](CoordinatorOptions& c) { c.dp_clip_norm = 0.5; },
+           [](CoordinatorOptions& c) {
+             c.dp_noise_multiplier = 0;
+             c.dp_clip_norm = 0;
+           }}) {
+    CoordinatorOptions other = o;
+    change(other);
+    auto refused = CoordinatorServer::Start(other, "127.0.0.1:0");
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(refused.status().message(), HasSubstr("privacy settings"));
+  }
+}
+
+TEST_F(PrivacyServiceTest, TheNoiseDoesNotFollowTheSeed) {
+  // Two runs with the same --seed, the same clients and the same updates: the
+  // initial models agree to the bit, the noised ones do not.
+  std::vector<std::vector<float>> before, after;
+  for (int run = 0; run < 2; ++run) {
+    Start(PrivateRun(/*z=*/1.0));
+    auto clients = JoinAll(3);
+    before.push_back(Global());
+    TrainRound(clients, 1, 0.5f);
+    after.push_back(Global());
+    clients.clear();
+    server_.reset();
+  }
+  EXPECT_EQ(before[0], before[1]);
+  size_t same = 0;
+  for (size_t i = 0; i < after[0].size(); ++i)
+    same += after[0][i] == after[1][i];
+  EXPECT_EQ(same, 0u);
 }
 
 TEST_F(PrivacyServiceTest, AdaptiveClipNormIsRecordedAndSurvivesARestart) {

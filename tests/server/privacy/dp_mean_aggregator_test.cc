@@ -49,7 +49,7 @@ TEST(DpMeanAggregatorTest, NoiseOnTheSumHasDeviationZTimesCOverN) {
   // every coordinate. One zero update isolates it.
   const size_t n = 200000;
   DpMeanAggregator aggregator(n, Params(/*clip_norm=*/2.0, /*z=*/1.5));
-  EXPECT_DOUBLE_EQ(aggregator.SumNoiseMultiplier(10), 1.5);
+  EXPECT_DOUBLE_EQ(Params(2.0, 1.5).SumNoiseMultiplier(10), 1.5);
   aggregator.BeginStep(10);
   aggregator.Fold(1, 1, std::vector<float>(n, 0.0f));
   auto delta = aggregator.Finish();
@@ -85,20 +85,31 @@ TEST(DpMeanAggregatorTest, StageClipsToCAndSaysWhetherTheUpdateWasWithin) {
 TEST(DpMeanAggregatorTest, AdaptiveClippingSplitsTheNoiseAsAndrewEtAl) {
   DpParams p = Params(1.0, 1.0);
   p.target_quantile = 0.5;
-  // z_Delta = (z^-2 - (2 sigma_b)^-2)^-1/2; sigma_b by default n / 20, at
-  // least z.
-  DpMeanAggregator by_default(1, p);
-  EXPECT_DOUBLE_EQ(by_default.CountStddev(100), 5.0);
-  EXPECT_DOUBLE_EQ(by_default.CountStddev(10), 1.0);
-  EXPECT_DOUBLE_EQ(by_default.SumNoiseMultiplier(10), 1 / std::sqrt(0.75));
-  EXPECT_DOUBLE_EQ(by_default.SumNoiseMultiplier(100), 1 / std::sqrt(0.99));
-  p.clipped_count_stddev = 2.0;
-  DpMeanAggregator given(1, p);
-  EXPECT_DOUBLE_EQ(given.CountStddev(100), 2.0);
-  EXPECT_DOUBLE_EQ(given.SumNoiseMultiplier(100), 1 / std::sqrt(1 - 1 / 16.0));
+  p.clip_learning_rate = 0.2;
+  // sigma_b by default n / 20, at least z.
+  EXPECT_DOUBLE_EQ(p.CountStddev(100), 5.0);
+  EXPECT_DOUBLE_EQ(p.CountStddev(10), 1.0);
+  DpParams given = p;
+  given.clipped_count_stddev = 2.0;
+  EXPECT_DOUBLE_EQ(given.CountStddev(10), 2.0);
+  EXPECT_FALSE(DpParams::CountStddevFits(0.5, 1.0));
+  EXPECT_TRUE(DpParams::CountStddevFits(0.51, 1.0));
+  // The two releases, the clipped sum (sensitivity C, noise z_sum C) and the
+  // centred count (sensitivity 1/2, noise sigma_b), are one Gaussian mechanism
+  // whose multiplier is 1 / |sensitivity / noise|_2 over the two: it must be z.
+  for (const DpParams& q : {p, given}) {
+    for (int n : {10, 100, 1000}) {
+      const double c = q.clip_norm;
+      const double z_sum = q.SumNoiseMultiplier(n);
+      const double ratio_sum = c / (z_sum * c);
+      const double ratio_count = 0.5 / q.CountStddev(n);
+      EXPECT_NEAR(1 / std::hypot(ratio_sum, ratio_count), q.noise_multiplier,
+                  1e-12)
+          << n;
+    }
+  }
   // Fixed C: the sum takes the whole multiplier.
-  EXPECT_DOUBLE_EQ(DpMeanAggregator(1, Params(1.0, 1.0)).SumNoiseMultiplier(10),
-                   1.0);
+  EXPECT_DOUBLE_EQ(Params(1.0, 1.0).SumNoiseMultiplier(10), 1.0);
 }
 
 // Stages and folds one round of updates of the given norms (in 2-d), then
@@ -127,6 +138,20 @@ TEST(DpMeanAggregatorTest, AdaptiveClipMovesGeometricallyToTheQuantile) {
   DpMeanAggregator aggregator(2, p);
   EXPECT_EQ(Round(aggregator, {0.5, 0.7, 0.9, 3.0}), 1.0);
   EXPECT_NEAR(aggregator.clip_norm(), std::exp(-0.05), 1e-6);
+  // 2 of 4 sampled answer, both within C = exp(-0.05): the count is centred,
+  // (2 - 2/2) / 4 + 1/2 = 0.75, so C moves as above (an uncentred 2/4 would
+  // leave it where it is).
+  const double before = aggregator.clip_norm();
+  aggregator.BeginStep(4);
+  for (double r : {0.1, 0.2}) {
+    std::vector<float> update = {static_cast<float>(r), 0.0f};
+    auto staged = aggregator.Stage(absl::MakeSpan(update));
+    ASSERT_TRUE(staged.ok());
+    aggregator.FoldStaged(1, 1, update, *std::move(staged));
+  }
+  ASSERT_TRUE(aggregator.Finish().ok());
+  aggregator.Reset();
+  EXPECT_NEAR(aggregator.clip_norm(), before * std::exp(-0.05), 1e-6);
   // Rounds of 100 norms 0.1, 0.2, ..., 10: C settles at their median, where
   // half are within it (5.0 <= C < 5.1).
   std::vector<double> norms;
