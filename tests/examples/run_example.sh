@@ -24,14 +24,11 @@ mkdir -p "$work"
 # --- The runtime ------------------------------------------------------------------------
 case "$kind" in
   python)
+    # The SDK, installed by the PythonSdkInstalls fixture (tests/python): its python.
+    python="${FEDLEARN_PYTHON:-/usr/bin/python3}"
     [ -x "$python" ] || skip "$python not found"
-    "$python" -c 'import grpc, google.protobuf, numpy' 2>/dev/null ||
-      skip "python3-grpcio / python3-protobuf / python3-numpy missing (apt-get install python3-grpcio python3-numpy, or scripts/setup.sh)"
-    command -v protoc >/dev/null || skip "protoc missing (apt-get install protobuf-compiler)"
-    [ -x /usr/bin/grpc_python_plugin ] || command -v grpc_python_plugin >/dev/null ||
-      skip "grpc_python_plugin missing (apt-get install protobuf-compiler-grpc)"
-    rm -rf "$work/gen"
-    "$src/examples/python/generate.sh" "$work/gen" >/dev/null || fail "examples/python/generate.sh failed"
+    "$python" -c 'import fedlearn, numpy' 2>/dev/null ||
+      skip "the Python SDK is not installed for $python (tests/python/install_sdk.sh)"
     ;;
   node-client | node-reflection)
     command -v node >/dev/null || skip "node not found (apt-get install nodejs)"
@@ -88,7 +85,7 @@ out="$work/output.txt"
 case "$kind" in
   python)
     timeout 50 "$python" "$src/examples/python/client.py" --coordinator="127.0.0.1:$port" \
-      --gen_dir="$work/gen" --timeout=40 "$@" >"$out"
+      --timeout=40 "$@" >"$out"
     ;;
   node-client)
     timeout 50 node "$src/examples/node/client.js" --coordinator="127.0.0.1:$port" \

@@ -1,0 +1,135 @@
+"""The fedlearn command line.
+
+    python3 -m fedlearn status HOST:PORT            phase, round, clients, last rounds
+    python3 -m fedlearn watch HOST:PORT [--every S]  the same, redrawn while the run goes
+    python3 -m fedlearn model HOST:HTTP_PORT OUT.safetensors
+                                                     the current global model, over HTTP
+
+``status`` and ``watch`` call GetStatus on the gRPC port; ``model`` downloads
+/api/model.safetensors from the dashboard's port. Exit status 0, or 1 with the error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import urllib.request
+from typing import Any, List, Optional
+
+from fedlearn import proto
+from fedlearn.client import TlsConfig, make_channel
+from fedlearn.errors import FedlearnError, from_rpc_error
+
+
+def get_status(address: str, tls: Optional[TlsConfig] = None) -> Any:
+    """The coordinator's ``GetStatusResponse``; raises ``FedlearnError``."""
+    grpc, pb2, pb2_grpc = proto.modules()
+    channel = make_channel(address, tls)
+    try:
+        return pb2_grpc.CoordinatorStub(channel).GetStatus(pb2.GetStatusRequest(),
+                                                           timeout=10)
+    except grpc.RpcError as e:
+        raise from_rpc_error(e, f"GetStatus from {address}") from None
+    finally:
+        channel.close()
+
+
+def render_status(status: Any, last: int = 8) -> str:
+    """A plain-text table of a ``GetStatusResponse``."""
+    _, pb2, _ = proto.modules()
+    lines: List[str] = []
+    phase = pb2.Phase.Name(status.phase).replace("PHASE_", "")
+    lines.append(f"run {status.run_id}  model {status.model.name} "
+                 f"({status.model.num_parameters:,} parameters)  strategy "
+                 f"{status.strategy or 'fedavg'}")
+    stop = f"  stopped: {status.stop_reason}" if status.stop_reason else ""
+    lines.append(f"phase {phase}  round {status.round}{stop}")
+    if status.HasField("privacy"):
+        p = status.privacy
+        lines.append(f"privacy: epsilon {p.epsilon:.4g} at delta {p.delta:g} after "
+                     f"{p.rounds} rounds (z {p.noise_multiplier:g}, C {p.clip_norm:.4g})")
+    states: dict = {}
+    for c in status.clients:
+        states[c.state] = states.get(c.state, 0) + 1
+    lines.append(f"clients {len(status.clients)}: " +
+                 ", ".join(f"{n} {s}" for s, n in sorted(states.items())))
+    if status.HasField("final_evaluation"):
+        e = status.final_evaluation
+        lines.append(f"final test accuracy {100 * e.test_accuracy:.2f}% (loss "
+                     f"{e.test_loss:.4f}, {e.num_examples} examples)")
+    lines.append("")
+    lines.append(f"{'round':>7} {'kind':<10} {'outcome':<10} {'resp/sel':>9} "
+                 f"{'loss':>9} {'accuracy':>9} {'seconds':>8}")
+    for r in list(status.history)[-last:]:
+        kind = "evaluate" if r.evaluation else "train"
+        m = r.metrics
+        lines.append(f"{r.round:>5}.{r.attempt:<1} {kind:<10} {r.outcome:<10} "
+                     f"{r.responded:>4}/{r.selected:<4} {m.train_loss:>9.4f} "
+                     f"{100 * m.train_accuracy:>8.2f}% {r.duration_seconds:>8.2f}")
+    return "\n".join(lines)
+
+
+def download_model(address: str, out: str) -> int:
+    """Saves /api/model.safetensors from the dashboard at ``address`` (HOST:PORT, or a
+    URL) to ``out``; returns the bytes written."""
+    url = address if "://" in address else f"http://{address}"
+    url = url.rstrip("/") + "/api/model.safetensors"
+    try:
+        with urllib.request.urlopen(url, timeout=30) as r, open(out, "wb") as f:
+            n = 0
+            while True:
+                block = r.read(1 << 20)
+                if not block:
+                    return n
+                f.write(block)
+                n += len(block)
+    except OSError as e:
+        raise FedlearnError(f"{url}: {e}") from None
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="python3 -m fedlearn", description=__doc__.split("\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    for name, help_text in (("status", "the run's phase, round, clients and rounds"),
+                            ("watch", "status, redrawn until the run is DONE")):
+        s = sub.add_parser(name, help=help_text)
+        s.add_argument("address", help="HOST:PORT of the gRPC port")
+        s.add_argument("--rounds", type=int, default=8, help="last rounds shown")
+        s.add_argument("--tls_ca", help="PEM CA to trust (TLS)")
+        s.add_argument("--tls_cert", help="PEM client certificate (mutual TLS)")
+        s.add_argument("--tls_key", help="PEM client key (mutual TLS)")
+        if name == "watch":
+            s.add_argument("--every", type=float, default=2.0, help="seconds between draws")
+    m = sub.add_parser("model", help="download the current global model")
+    m.add_argument("address", help="HOST:PORT of the dashboard's HTTP port")
+    m.add_argument("out", help="where to write the .safetensors file")
+    args = p.parse_args(argv)
+    try:
+        if args.command == "model":
+            n = download_model(args.address, args.out)
+            print(f"{args.out}: {n:,} bytes")
+            return 0
+        tls = None
+        if args.tls_ca or args.tls_cert:
+            tls = TlsConfig(root_ca=args.tls_ca, cert=args.tls_cert, key=args.tls_key)
+        if args.command == "status":
+            print(render_status(get_status(args.address, tls), args.rounds))
+            return 0
+        _, pb2, _ = proto.modules()
+        while True:
+            status = get_status(args.address, tls)
+            sys.stdout.write("\x1b[H\x1b[2J" + render_status(status, args.rounds) + "\n")
+            sys.stdout.flush()
+            if status.phase == pb2.PHASE_DONE:
+                return 0
+            time.sleep(args.every)
+    except FedlearnError as e:
+        print(f"fedlearn: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

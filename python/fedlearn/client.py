@@ -1,0 +1,448 @@
+"""A federated client for the fedlearn coordinator, in numpy: the protocol, not the model.
+
+    import fedlearn
+
+    def fit(weights, plan):           # a list of float32 arrays, in the model's order
+        new = [w - 0.01 * w for w in weights]
+        return new, 100, {"loss": 0.5, "accuracy": 0.9}
+
+    def evaluate(weights, plan):
+        return 0.4, 0.91, 200         # test loss, accuracy, examples
+
+    fedlearn.Client("127.0.0.1:50051", fit, evaluate).run()
+
+The client joins, long-polls for tasks, verifies every chunk of the weights it gets
+(CRC-32C per chunk and per tensor, shapes, finiteness), calls ``fit`` for TRAIN and
+``evaluate`` for EVALUATE, pushes the update (dense or int8) chunked as the contract
+says, heartbeats with progress while ``fit`` runs, honours WAIT, retries with capped
+jittered backoff, joins again when a restarted coordinator has forgotten it, and returns
+on DONE.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import threading
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from fedlearn import proto
+from fedlearn.errors import FedlearnError, from_rpc_error
+from fedlearn.wire import MAX_CHUNK_BYTES, encode, make_chunks, reassemble
+
+Weights = List[np.ndarray]
+
+
+@dataclasses.dataclass(frozen=True)
+class TlsConfig:
+    """TLS for the channel: the CA to trust (PEM file; None: the system's), and for
+    mutual TLS this client's certificate chain and key. ``server_name`` overrides the name
+    the coordinator's certificate must carry (default: the host of the address)."""
+
+    root_ca: Optional[str] = None
+    cert: Optional[str] = None
+    key: Optional[str] = None
+    server_name: Optional[str] = None
+
+
+class Plan:
+    """What the coordinator asks of one task: its round, the training plan's fields
+    (``epochs``, ``batch_size``, ``optimizer``, ``learning_rate``, ``proximal_mu``,
+    ``seed``, ``input_mean``, ``input_std``, ``validation_fraction``,
+    ``reset_optimizer``) and ``run_validation``. ``fit`` reports progress with
+    ``report_progress(done, total)``, which the heartbeats carry."""
+
+    def __init__(self, task: Any, plan: Any):
+        self.round: int = int(task.round)
+        self.run_validation: bool = bool(task.run_validation)
+        self.proto = plan
+        self.epochs: int = plan.epochs
+        self.batch_size: int = plan.batch_size
+        self.optimizer: str = plan.optimizer
+        self.learning_rate: float = plan.learning_rate
+        self.validation_fraction: float = plan.validation_fraction
+        self.seed: int = plan.seed
+        self.input_mean: float = plan.input_mean
+        self.input_std: float = plan.input_std
+        self.proximal_mu: float = plan.proximal_mu
+        self.reset_optimizer: bool = plan.reset_optimizer
+        self._progress = (0, 0)
+        self._lock = threading.Lock()
+
+    def report_progress(self, done: int, total: int) -> None:
+        """Batches done out of ``total`` this task; sent with the next heartbeat."""
+        with self._lock:
+            self._progress = (int(done), int(total))
+
+    def progress(self) -> Tuple[int, int]:
+        with self._lock:
+            return self._progress
+
+
+#: ``fit(weights, plan) -> (new weights or delta, num_examples, metrics)``; metrics may
+#: hold ``loss``, ``accuracy``, ``validation_loss``, ``validation_accuracy`` and
+#: ``num_validation_examples``.
+FitFn = Callable[[Weights, Plan], Tuple[Sequence[np.ndarray], int, Dict[str, float]]]
+#: ``evaluate(weights, plan) -> (test loss, test accuracy, num_examples)``.
+EvaluateFn = Callable[[Weights, Plan], Tuple[float, float, int]]
+
+
+@dataclasses.dataclass
+class Summary:
+    """What a run did, returned by ``Client.run``."""
+
+    joins: int = 0
+    rounds_trained: int = 0
+    updates_rejected: int = 0
+    evaluations: int = 0
+    bytes_received: int = 0
+    bytes_sent: int = 0
+    # Seconds spent in the protocol (polls, reassembly, pushes) and in ``fit``.
+    protocol_seconds: float = 0.0
+    fit_seconds: float = 0.0
+
+
+class Client:
+    """One federated client. ``run()`` is called once, from one thread; ``stop()`` may
+    be called from any thread and makes ``run()`` return soon.
+
+    Args:
+      coordinator: ``HOST:PORT`` of the coordinator's gRPC port.
+      fit: trains on the task's weights (see ``FitFn``).
+      evaluate: evaluates the final weights (see ``EvaluateFn``); None reports nothing.
+      returns: whether ``fit`` returns new ``"weights"`` (the default) or a ``"delta"``.
+      update_encoding: ``"dense"`` (float32) or ``"int8"`` (a quarter of the bytes).
+      join_token, display_name, num_train_examples, num_test_examples: sent at Join.
+      tls: TLS or mutual TLS; None: an insecure channel.
+      max_backoff: the cap, in seconds, of the jittered exponential backoff.
+      reconnect_timeout: how long, in seconds, the coordinator may stay unreachable.
+      poll_wait: seconds a long poll may be held by the coordinator.
+      chunk_bytes: payload bytes per pushed chunk (at most 1 MiB).
+      on_join: called with the ``JoinResponse`` after every join (its ``model`` is the
+        spec); may raise to refuse the model.
+    """
+
+    def __init__(self, coordinator: str, fit: FitFn,
+                 evaluate: Optional[EvaluateFn] = None, *, returns: str = "weights",
+                 update_encoding: str = "dense", join_token: str = "",
+                 display_name: str = "", num_train_examples: int = 0,
+                 num_test_examples: int = 0, tls: Optional[TlsConfig] = None,
+                 max_backoff: float = 10.0, reconnect_timeout: float = 120.0,
+                 poll_wait: float = 30.0, chunk_bytes: int = MAX_CHUNK_BYTES,
+                 on_join: Optional[Callable[[Any], None]] = None):
+        if returns not in ("weights", "delta"):
+            raise ValueError(f"returns must be 'weights' or 'delta', not {returns!r}")
+        if update_encoding not in ("dense", "int8"):
+            raise ValueError(f"update_encoding must be 'dense' or 'int8', not "
+                             f"{update_encoding!r}")
+        self._grpc, self._pb2, pb2_grpc = proto.modules()
+        self._address = coordinator
+        self._fit = fit
+        self._evaluate = evaluate
+        self._returns = returns
+        self._int8 = update_encoding == "int8"
+        self._join_request = self._pb2.JoinRequest(
+            join_token=join_token, display_name=display_name,
+            num_train_examples=num_train_examples, num_test_examples=num_test_examples)
+        self._max_backoff = max_backoff
+        self._reconnect_timeout = reconnect_timeout
+        self._poll_wait = poll_wait
+        self._chunk_bytes = chunk_bytes
+        self._on_join = on_join
+        self._channel = make_channel(coordinator, tls)
+        self._stub = pb2_grpc.CoordinatorStub(self._channel)
+        self._stopping = threading.Event()
+        self._rng = random.Random()
+        self._failures = 0
+        self._failing_since: Optional[float] = None
+        self.joined: Any = None  # the last JoinResponse
+        self.summary = Summary()
+
+    # -----------------------------------------------------------------------------
+    # The public surface.
+
+    def run(self) -> Summary:
+        """Runs until the coordinator says DONE; returns what it did. Raises
+        ``FedlearnError`` (with the gRPC code) for what retrying cannot mend: a wrong
+        join token, a refused request, a coordinator unreachable for
+        ``reconnect_timeout``, or an error raised by ``fit``/``evaluate``/``on_join``."""
+        try:
+            self._join()
+            while not self._stopping.is_set():
+                received = self._call(self._poll, "RequestUpdate")
+                if received is None:
+                    continue
+                task, weights = received
+                types = self._pb2
+                if task.type == types.TASK_TYPE_WAIT:
+                    self._sleep(max(task.retry_after_ms, 10) / 1000.0)
+                elif task.type == types.TASK_TYPE_TRAIN:
+                    self._train(task, weights)
+                elif task.type == types.TASK_TYPE_EVALUATE:
+                    self._report(task, weights)
+                elif task.type == types.TASK_TYPE_DONE:
+                    return self.summary
+                else:
+                    raise FedlearnError(f"unknown task type {task.type}")
+            raise FedlearnError("stopped", self._grpc.StatusCode.CANCELLED)
+        finally:
+            self._channel.close()
+
+    def stop(self) -> None:
+        """Makes ``run()`` return (raising CANCELLED) soon; a ``fit`` running finishes
+        first."""
+        self._stopping.set()
+
+    # -----------------------------------------------------------------------------
+    # Calls, and what their failures mean.
+
+    def _metadata(self) -> list:
+        return [("authorization", "Bearer " + self.joined.session_token)]
+
+    def _call(self, fn: Callable[[], Any], what: str) -> Any:
+        """Runs ``fn``; on a failure that waiting or joining again mends, does that and
+        returns None. Raises for the rest."""
+        grpc = self._grpc
+        try:
+            result = fn()
+        except grpc.RpcError as e:
+            code = e.code()
+            if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                self._backoff(from_rpc_error(e, what))
+                return None
+            if code in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAUTHENTICATED):
+                # A restarted coordinator has forgotten this client: join again.
+                self._join()
+                return None
+            raise from_rpc_error(e, what) from None
+        self._failures = 0
+        self._failing_since = None
+        return result
+
+    def _backoff(self, error: FedlearnError) -> None:
+        now = time.monotonic()
+        if self._failing_since is None:
+            self._failing_since = now
+        if now - self._failing_since > self._reconnect_timeout:
+            raise FedlearnError(
+                f"{self._address} unreachable for {self._reconnect_timeout:.0f} s: "
+                f"{error.message}", error.code)
+        self._failures += 1
+        cap = min(self._max_backoff, 0.05 * 2 ** min(self._failures, 20))
+        self._sleep(self._rng.uniform(cap / 2, cap))
+
+    def _sleep(self, seconds: float) -> None:
+        if self._stopping.wait(seconds):
+            raise FedlearnError("stopped", self._grpc.StatusCode.CANCELLED)
+
+    def _join(self) -> None:
+        grpc = self._grpc
+        while True:
+            try:
+                self.joined = self._stub.Join(self._join_request, timeout=30)
+                break
+            except grpc.RpcError as e:
+                if e.code() in (grpc.StatusCode.UNAVAILABLE,
+                                grpc.StatusCode.DEADLINE_EXCEEDED):
+                    self._backoff(from_rpc_error(e, "Join"))
+                    continue
+                raise from_rpc_error(e, "Join") from None
+        self._failures = 0
+        self._failing_since = None
+        self.summary.joins += 1
+        if self._on_join is not None:
+            self._on_join(self.joined)
+
+    def _poll(self) -> Tuple[Any, Optional[Weights]]:
+        started = time.perf_counter()
+        request = self._pb2.RequestUpdateRequest(
+            client_id=self.joined.client_id, max_wait_ms=int(self._poll_wait * 1000))
+        messages = list(self._stub.RequestUpdate(
+            request, metadata=self._metadata(), timeout=self._poll_wait + 30))
+        if not messages or not messages[0].HasField("task"):
+            raise FedlearnError("RequestUpdate: the first message is not a task")
+        task = messages[0].task
+        weights = None
+        if task.type in (self._pb2.TASK_TYPE_TRAIN, self._pb2.TASK_TYPE_EVALUATE):
+            chunks = [m.chunk for m in messages[1:]]
+            spec = self.joined.model
+            if task.num_tensors and task.num_tensors != len(spec.tensors):
+                raise FedlearnError(f"task announces {task.num_tensors} tensors, the "
+                                    f"model has {len(spec.tensors)}")
+            weights = reassemble(self._pb2, spec, chunks)
+            received = sum(len(c.data) for c in chunks)
+            if task.payload_bytes and received != task.payload_bytes:
+                raise FedlearnError(f"received {received} payload bytes, the task "
+                                    f"announced {task.payload_bytes}")
+            self.summary.bytes_received += received
+            self.summary.protocol_seconds += time.perf_counter() - started
+        return task, weights
+
+    # -----------------------------------------------------------------------------
+    # Tasks.
+
+    def _train(self, task: Any, weights: Weights) -> None:
+        plan = Plan(task, task.plan if task.HasField("plan") else self.joined.plan)
+        started = time.perf_counter()
+        with _Heartbeats(self, plan):
+            result = self._fit([w.copy() for w in weights], plan)
+        self.summary.fit_seconds += time.perf_counter() - started
+        trained, num_examples, metrics = result
+        trained = list(trained)
+        if len(trained) != len(weights):
+            raise FedlearnError(f"fit returned {len(trained)} tensors, the model has "
+                                f"{len(weights)}")
+        delta = []
+        for t, w, x in zip(self.joined.model.tensors, weights, trained):
+            x = np.asarray(x, dtype=np.float32)
+            if x.shape != w.shape:
+                raise FedlearnError(f"fit returned {t.name} of shape {list(x.shape)}, "
+                                    f"want {list(w.shape)}")
+            delta.append(x - w if self._returns == "weights" else x)
+        header = self._pb2.UpdateHeader(
+            client_id=self.joined.client_id, round=task.round,
+            num_examples=int(num_examples),
+            train_loss=float(metrics.get("loss", 0.0)),
+            train_accuracy=float(metrics.get("accuracy", 0.0)),
+            validation_loss=float(metrics.get("validation_loss", 0.0)),
+            validation_accuracy=float(metrics.get("validation_accuracy", 0.0)),
+            num_validation_examples=int(metrics.get("num_validation_examples", 0)),
+            encoding=(self._pb2.ENCODING_QUANTIZED if self._int8
+                      else self._pb2.ENCODING_DENSE))
+        self._push(header, delta)
+
+    def _push(self, header: Any, delta: Weights) -> None:
+        """Pushes one update; an update the round no longer wants is dropped."""
+        grpc = self._grpc
+        started = time.perf_counter()
+        payloads = [encode(d, self._int8)[0] for d in delta]
+        while not self._stopping.is_set():
+            try:
+                self.push_update(header, payloads)
+                self.summary.rounds_trained += 1
+                self.summary.bytes_sent += sum(len(p) for p in payloads)
+                break
+            except grpc.RpcError as e:
+                code = e.code()
+                if code in (grpc.StatusCode.FAILED_PRECONDITION,
+                            grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.CANCELLED):
+                    self.summary.updates_rejected += 1  # the round moved on
+                    break
+                if code in (grpc.StatusCode.UNAVAILABLE,
+                            grpc.StatusCode.DEADLINE_EXCEEDED):
+                    self._backoff(from_rpc_error(e, "PushGradient"))
+                    continue  # the same update, if its round is still open
+                if code in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAUTHENTICATED):
+                    self._join()  # a new identity: this round's update cannot count
+                    break
+                raise from_rpc_error(e, "PushGradient") from None
+        self.summary.protocol_seconds += time.perf_counter() - started
+
+    def push_update(self, header: Any, payloads: Sequence[bytes]) -> Any:
+        """Sends ``header`` and, once the coordinator admits it, the payloads' chunks.
+        Returns the ``PushGradientResponse``; raises ``grpc.RpcError``. (Public for
+        tools that push hand-made updates.)"""
+        go = threading.Event()
+        state: Dict[str, Any] = {}
+        pb2 = self._pb2
+        spec = self.joined.model
+
+        def requests():
+            yield pb2.PushGradientRequest(header=header)
+            # The coordinator's initial metadata is the go-ahead: a rejected push
+            # finishes before any chunk is sent.
+            go.wait()
+            if state["call"].done():
+                return
+            for chunk in make_chunks(pb2, spec, payloads, self._chunk_bytes,
+                                     header.encoding == pb2.ENCODING_QUANTIZED):
+                yield pb2.PushGradientRequest(chunk=chunk)
+
+        call = self._stub.PushGradient.future(requests(), metadata=self._metadata(),
+                                              timeout=120)
+        state["call"] = call
+        try:
+            call.initial_metadata()
+        finally:
+            go.set()
+        return call.result()
+
+    def _report(self, task: Any, weights: Weights) -> None:
+        if self._evaluate is None:
+            return
+        plan = Plan(task, self.joined.plan)
+        loss, accuracy, examples = self._evaluate([w.copy() for w in weights], plan)
+        report = self._pb2.ReportEvalRequest(
+            client_id=self.joined.client_id, round=task.round, test_loss=float(loss),
+            test_accuracy=float(accuracy), num_examples=int(examples))
+        grpc = self._grpc
+        try:
+            self._stub.ReportEval(report, metadata=self._metadata(), timeout=30)
+            self.summary.evaluations += 1
+        except grpc.RpcError as e:
+            if e.code() not in (grpc.StatusCode.FAILED_PRECONDITION,
+                                grpc.StatusCode.ALREADY_EXISTS):
+                raise from_rpc_error(e, "ReportEval") from None
+
+
+class _Heartbeats:
+    """While ``fit`` runs: a thread that sends Heartbeat with the plan's progress every
+    interval the coordinator suggested, so a slow client is told apart from a gone
+    one. Its failures are ignored (the next poll or push reports them)."""
+
+    def __init__(self, client: Client, plan: Plan):
+        self._client = client
+        self._plan = plan
+        self._done = threading.Event()
+        interval_ms = client.joined.heartbeat_interval_ms
+        self._interval = interval_ms / 1000.0 if interval_ms > 0 else None
+        self._thread: Optional[threading.Thread] = None
+
+    def __enter__(self) -> "_Heartbeats":
+        if self._interval is not None:
+            self._thread = threading.Thread(target=self._loop, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._done.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _loop(self) -> None:
+        c = self._client
+        while not self._done.wait(self._interval):
+            done, total = self._plan.progress()
+            try:
+                c._stub.Heartbeat(
+                    c._pb2.HeartbeatRequest(client_id=c.joined.client_id,
+                                            round=self._plan.round, batches_done=done,
+                                            batches_total=total),
+                    metadata=c._metadata(), timeout=10)
+            except c._grpc.RpcError:
+                pass
+
+
+def make_channel(address: str, tls: Optional[TlsConfig] = None) -> Any:
+    """A gRPC channel to ``address`` that takes the contract's 1 MiB chunks."""
+    grpc, _, _ = proto.modules()
+    options = [("grpc.max_receive_message_length", MAX_CHUNK_BYTES + (64 << 10)),
+               ("grpc.max_send_message_length", MAX_CHUNK_BYTES + (64 << 10))]
+    if tls is None:
+        return grpc.insecure_channel(address, options=options)
+
+    def read(path: Optional[str]) -> Optional[bytes]:
+        if path is None:
+            return None
+        with open(path, "rb") as f:
+            return f.read()
+
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=read(tls.root_ca), private_key=read(tls.key),
+        certificate_chain=read(tls.cert))
+    if tls.server_name:
+        options.append(("grpc.ssl_target_name_override", tls.server_name))
+    return grpc.secure_channel(address, credentials, options=options)

@@ -1,0 +1,161 @@
+"""fedlearn.Client and the command line against a real coordinator process."""
+
+import io
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+import json
+from contextlib import redirect_stdout
+
+import grpc
+import numpy as np
+
+import fedlearn
+from fedlearn.__main__ import get_status, main as cli
+from coordinator import Coordinator
+
+
+def run_clients(clients):
+    """Runs each client on a thread; returns their summaries (or raises the first
+    error)."""
+    results = [None] * len(clients)
+
+    def go(i):
+        try:
+            results[i] = clients[i].run()
+        except Exception as e:  # handed to the test thread
+            results[i] = e
+
+    threads = [threading.Thread(target=go, args=(i,)) for i in range(len(clients))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    for r in results:
+        if isinstance(r, Exception):
+            raise r
+    return results
+
+
+class ClientTest(unittest.TestCase):
+    def test_two_clients_train_evaluate_and_see_fedavg_to_the_bit(self):
+        # Two rounds of two clients on mlp_2nn: client 0 (100 examples, dense) adds
+        # 0.01 to every weight, client 1 (300 examples, dense) subtracts 0.02. In round
+        # 2 each checks that the model it got is round 1's plus the example-weighted
+        # mean of the deltas, computed in double and rounded once, as FedAvg does.
+        adds = [np.float32(0.01), np.float32(-0.02)]
+        examples = [100, 300]
+        seen = {0: [], 1: []}
+
+        def fit_for(i):
+            def fit(weights, plan):
+                seen[i].append((plan.round, [w.copy() for w in weights]))
+                plan.report_progress(1, 1)
+                return [w + adds[i] for w in weights], examples[i], {
+                    "loss": 1.0 / plan.round, "accuracy": 0.5}
+            return fit
+
+        def evaluate(weights, plan):
+            return 0.25, 0.75, 40
+
+        with Coordinator("--model=mlp_2nn", "--min_clients=2", "--max_rounds=2",
+                         "--convergence_threshold=-inf") as c:
+            clients = [fedlearn.Client(c.address, fit_for(i), evaluate,
+                                       display_name=f"py-{i}") for i in range(2)]
+            summaries = run_clients(clients)
+            status = get_status(c.address)
+        for s in summaries:
+            self.assertEqual(s.rounds_trained, 2)
+            self.assertEqual(s.evaluations, 1)
+            self.assertEqual(s.updates_rejected, 0)
+            self.assertEqual(s.joins, 1)
+        self.assertEqual(status.phase, 4)  # PHASE_DONE
+        self.assertAlmostEqual(status.final_evaluation.test_accuracy, 0.75)
+        (r1, w1), (r2, w2) = seen[0]
+        self.assertEqual((r1, r2), (1, 2))
+        mean = (100 * np.float64(adds[0]) + 300 * np.float64(adds[1])) / 400
+        for before, after, t in zip(w1, w2, status.model.tensors):
+            # Each client's delta is (w + a) - w in float32.
+            d0 = ((before + adds[0]) - before).astype(np.float64)
+            d1 = ((before + adds[1]) - before).astype(np.float64)
+            want = (before.astype(np.float64) + (100 * d0 + 300 * d1) / 400).astype(
+                np.float32)
+            np.testing.assert_array_equal(after, want, err_msg=t.name)
+            self.assertLess(float(np.max(np.abs(after - before - mean))), 1e-6)
+
+    def test_int8_updates_and_heartbeats_with_progress(self):
+        progress_seen = []
+
+        with Coordinator("--model=mlp_2nn", "--min_clients=1", "--max_rounds=1",
+                         "--heartbeat_interval=200ms",
+                         "--convergence_threshold=-inf") as c:
+            def fit(weights, plan):
+                plan.report_progress(3, 7)
+                deadline = time.monotonic() + 5
+                while time.monotonic() < deadline:  # until a heartbeat carried it
+                    status = get_status(c.address)
+                    mine = [x for x in status.clients if x.batches_total == 7]
+                    if mine:
+                        progress_seen.append((mine[0].batches_done, mine[0].state))
+                        break
+                    time.sleep(0.05)
+                return [w * 0.5 for w in weights], 10, {"loss": 1.0}
+
+            client = fedlearn.Client(c.address, fit, lambda w, p: (0.1, 0.9, 5),
+                                     update_encoding="int8")
+            summary = run_clients([client])[0]
+            status = get_status(c.address)
+        self.assertEqual(progress_seen, [(3, "training")])
+        # int8: 4 bytes of scale and 1 per value, per tensor.
+        n = status.model.num_parameters
+        self.assertEqual(summary.bytes_sent, n + 4 * len(status.model.tensors))
+        self.assertEqual(status.history[0].bytes_received, summary.bytes_sent)
+
+    def test_errors_carry_the_grpc_code(self):
+        with Coordinator("--model=mlp_2nn", "--join_token=secret") as c:
+            client = fedlearn.Client(c.address, lambda w, p: (w, 1, {}),
+                                     join_token="wrong")
+            with self.assertRaises(fedlearn.FedlearnError) as e:
+                client.run()
+            self.assertEqual(e.exception.code, grpc.StatusCode.UNAUTHENTICATED)
+            self.assertIn("join token", e.exception.message)
+
+    def test_an_unreachable_coordinator_is_unavailable_after_the_timeout(self):
+        client = fedlearn.Client("127.0.0.1:1", lambda w, p: (w, 1, {}),
+                                 reconnect_timeout=0.5, max_backoff=0.1)
+        with self.assertRaises(fedlearn.FedlearnError) as e:
+            client.run()
+        self.assertEqual(e.exception.code, grpc.StatusCode.UNAVAILABLE)
+
+    def test_the_command_line_shows_status_and_downloads_the_model(self):
+        with Coordinator("--model=mlp_2nn", "--min_clients=3") as c:
+            out = io.StringIO()
+            with redirect_stdout(out):
+                self.assertEqual(cli(["status", c.address]), 0)
+            self.assertIn("phase WAITING_FOR_CLIENTS", out.getvalue())
+            self.assertIn("model mlp_2nn (199,210 parameters)", out.getvalue())
+            path = os.path.join(tempfile.mkdtemp(), "model.safetensors")
+            with redirect_stdout(io.StringIO()):
+                self.assertEqual(cli(["model", c.http, path]), 0)
+            with open(path, "rb") as f:
+                header_len = struct.unpack("<Q", f.read(8))[0]
+                header = json.loads(f.read(header_len))
+            self.assertEqual(os.path.getsize(path), 8 + header_len + 199210 * 4)
+            self.assertIn("fc1.weight", header)
+        # A coordinator that is gone: exit 1 with the code.
+        err = io.StringIO()
+        sys_stderr, sys.stderr = sys.stderr, err
+        try:
+            self.assertEqual(cli(["status", c.address]), 1)
+        finally:
+            sys.stderr = sys_stderr
+        self.assertIn("UNAVAILABLE", err.getvalue())
+
+
+if __name__ == "__main__":
+    unittest.main()

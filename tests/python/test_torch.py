@@ -1,0 +1,98 @@
+"""fedlearn.torch: a PyTorch model federated through a real coordinator."""
+
+import os
+import tempfile
+import unittest
+
+import numpy as np
+import torch
+from torch import nn
+
+import fedlearn
+import fedlearn.torch as ft
+from fedlearn.__main__ import get_status
+from coordinator import Coordinator
+
+
+class Net(nn.Module):
+    """Not a registry model: a conv with batch norm."""
+
+    def __init__(self, width=4):
+        super().__init__()
+        self.conv = nn.Conv2d(1, width, 3)
+        self.bn = nn.BatchNorm2d(width)
+        self.fc = nn.Linear(width * 6 * 6, 3)
+
+    def forward(self, x):
+        return self.fc(torch.relu(self.bn(self.conv(x))).flatten(1))
+
+
+def batches(n=32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 1, 8, 8, generator=g)
+    y = (x.mean(dim=(1, 2, 3)) > 0).long() + (x[:, 0, 0, 0] > 1).long()
+    return [(x[i:i + 8], y[i:i + 8]) for i in range(0, n, 8)]
+
+
+class TorchTest(unittest.TestCase):
+    def setUp(self):
+        torch.manual_seed(0)
+        self.dir = tempfile.mkdtemp()
+        self.path = os.path.join(self.dir, "net.safetensors")
+
+    def test_an_exported_model_is_the_coordinators_and_trains(self):
+        model = Net()
+        ft.export_safetensors(model, self.path)
+        names = list(ft.federated_tensors(model))
+        # Parameters and float buffers, not num_batches_tracked.
+        self.assertEqual(names, ["conv.weight", "conv.bias", "bn.weight", "bn.bias",
+                                 "bn.running_mean", "bn.running_var", "fc.weight",
+                                 "fc.bias"])
+        initial = ft.model_weights(model)
+        with Coordinator(f"--model={self.path}", "--min_clients=1", "--max_rounds=1",
+                         "--convergence_threshold=-inf") as c:
+            status = get_status(c.address)
+            self.assertEqual(status.model.name, "Net")
+            self.assertEqual([t.name for t in status.model.tensors], names)
+            self.assertEqual(status.model.num_parameters,
+                             sum(w.size for w in initial))
+            local = Net()  # another initialisation: the coordinator's weights win
+            client = ft.TorchClient(
+                c.address, local, train_loader=batches(), test_loader=batches(seed=1),
+                optimizer=lambda p, plan: torch.optim.SGD(p, lr=0.1))
+            summary = client.run()
+            final = get_status(c.address)
+        self.assertEqual(summary.rounds_trained, 1)
+        self.assertEqual(summary.evaluations, 1)
+        self.assertEqual(final.history[0].metrics.num_examples, 32)
+        # The model moved, batch norm's running statistics with it.
+        trained = ft.model_weights(local)
+        self.assertFalse(np.array_equal(trained[0], initial[0]))
+        self.assertFalse(np.array_equal(trained[4], initial[4]))  # running_mean
+
+    def test_a_model_that_differs_is_refused_at_join_with_the_differences(self):
+        ft.export_safetensors(Net(), self.path)
+        with Coordinator(f"--model={self.path}") as c:
+            client = ft.TorchClient(c.address, Net(width=5), train=lambda m, p: (1, {}))
+            with self.assertRaises(fedlearn.ModelMismatchError) as e:
+                client.run()
+        text = str(e.exception)
+        self.assertIn("conv.weight: shape [5, 1, 3, 3] here, [4, 1, 3, 3] at the "
+                      "coordinator", text)
+        self.assertIn("fc.weight: shape [3, 180] here, [3, 144]", text)
+
+    def test_the_proximal_term_is_mu_times_the_distance_to_the_global_model(self):
+        model = nn.Linear(2, 1, bias=False)
+        with torch.no_grad():
+            model.weight.copy_(torch.tensor([[1.0, -2.0]]))
+        anchor = [torch.tensor([[0.5, 0.5]])]
+        model.weight.grad = torch.tensor([[0.25, 0.25]])
+        ft.proximal_step(model, anchor, mu=0.1)
+        # grad + mu (w - w_global) = 0.25 + 0.1 * (0.5, -2.5)
+        torch.testing.assert_close(model.weight.grad, torch.tensor([[0.30, 0.0]]))
+        ft.proximal_step(model, anchor, mu=0.0)  # mu 0: unchanged
+        torch.testing.assert_close(model.weight.grad, torch.tensor([[0.30, 0.0]]))
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,82 @@
+"""fedlearn.wire: the chunked, checksummed tensor encoding, against hand-made cases."""
+
+import unittest
+
+import numpy as np
+
+from fedlearn.errors import ProtocolError
+from fedlearn.v1 import coordinator_pb2 as pb2
+from fedlearn.wire import crc32c, encode, make_chunks, reassemble
+
+
+def spec(*shapes):
+    return pb2.ModelSpec(name="t", tensors=[
+        pb2.TensorSpec(name=f"w{i}", shape=list(s), dtype=pb2.DTYPE_FLOAT32)
+        for i, s in enumerate(shapes)])
+
+
+class WireTest(unittest.TestCase):
+    def test_crc32c_check_value_and_continuation(self):
+        self.assertEqual(crc32c(b"123456789"), 0xE3069283)  # the standard check value
+        self.assertEqual(crc32c(b"6789", crc32c(b"12345")), 0xE3069283)
+
+    def test_dense_round_trip_in_chunks_of_every_size(self):
+        s = spec((3, 5), (), (0,), (1000,))
+        rng = np.random.default_rng(1)
+        values = [rng.standard_normal(tuple(t.shape)).astype(np.float32)
+                  for t in s.tensors]
+        for chunk_bytes in (4, 12, 64, 1 << 20):
+            payloads = [encode(v, False)[0] for v in values]
+            chunks = list(make_chunks(pb2, s, payloads, chunk_bytes, False))
+            got = reassemble(pb2, s, chunks)
+            for want, have in zip(values, got):
+                self.assertEqual(have.shape, want.shape)
+                np.testing.assert_array_equal(have, want)
+            # The zero-size tensor still has its one (empty, last) chunk.
+            self.assertTrue(any(c.name == "w2" and c.last and not c.data for c in chunks))
+
+    def test_int8_decodes_within_half_a_step(self):
+        x = np.array([-2.0, -0.5, 0.0, 0.25, 1.0], dtype=np.float32)
+        payload, decoded = encode(x, True)
+        self.assertEqual(len(payload), 4 + x.size)  # a scale, then one int8 each
+        scale = np.frombuffer(payload[:4], "<f4")[0]
+        self.assertAlmostEqual(float(scale), 2.0 / 127, places=7)
+        q = np.frombuffer(payload[4:], np.int8)
+        np.testing.assert_array_equal(decoded, scale * q.astype(np.float32))
+        self.assertLessEqual(float(np.max(np.abs(decoded - x))), float(scale) / 2)
+        zero_payload, zero = encode(np.zeros(3, np.float32), True)
+        np.testing.assert_array_equal(zero, np.zeros(3, np.float32))
+
+    def _chunks(self, s, values):
+        return list(make_chunks(pb2, s, [encode(v, False)[0] for v in values], 8, False))
+
+    def test_every_broken_chunk_is_named(self):
+        s = spec((4,))
+        good = self._chunks(s, [np.arange(4, dtype=np.float32)])
+        cases = {
+            "chunk CRC-32C mismatch": lambda c: c[0].__setattr__("data", b"\0" * 8),
+            "offset": lambda c: c[1].__setattr__("offset", 0),
+            "shape": lambda c: c[0].shape.__setitem__(0, 5),
+            "expected a chunk of w0": lambda c: c[0].__setattr__("name", "other"),
+            "tensor CRC-32C mismatch": lambda c: c[1].__setattr__("tensor_crc32c", 1),
+            "ended before": lambda c: c.pop(),
+        }
+        for words, mutate in cases.items():
+            chunks = [pb2.TensorChunk.FromString(c.SerializeToString()) for c in good]
+            mutate(chunks)
+            with self.assertRaises(ProtocolError) as e:
+                reassemble(pb2, s, chunks)
+            self.assertIn(words, str(e.exception))
+            self.assertIn("w0", str(e.exception))
+
+    def test_non_finite_weights_and_extra_chunks_are_refused(self):
+        s = spec((2,))
+        with self.assertRaisesRegex(ProtocolError, "not all finite"):
+            reassemble(pb2, s, self._chunks(s, [np.array([1, np.nan], np.float32)]))
+        extra = self._chunks(s, [np.ones(2, np.float32)]) * 2
+        with self.assertRaisesRegex(ProtocolError, "after the last tensor"):
+            reassemble(pb2, s, extra)
+
+
+if __name__ == "__main__":
+    unittest.main()
