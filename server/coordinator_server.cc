@@ -17,6 +17,7 @@
 #include "common/safetensors.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
+#include "grpc/health/v1/health.pb.h"
 #include "server/coordinator_service.h"
 #include "server/run_controller.h"
 #include "server/state_store.h"
@@ -175,6 +176,12 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  // Server reflection describes what the generated pool holds, and the linker
+  // keeps health.proto's generated file (from a static library) only when
+  // something refers to it: without this, reflection lists
+  // grpc.health.v1.Health but cannot describe it (buf curl's "failed to find
+  // service").
+  (void)grpc::health::v1::HealthCheckRequest::descriptor();
   grpc::ServerBuilder builder;
   if (credentials == nullptr) credentials = grpc::InsecureServerCredentials();
   builder.AddListeningPort(address, std::move(credentials), &server->port_);
