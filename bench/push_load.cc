@@ -21,6 +21,9 @@
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:50051", "coordinator address");
 ABSL_FLAG(int, clients, 10, "number of clients");
 ABSL_FLAG(int, chunk_bytes, 64 << 10, "payload bytes per pushed chunk");
+ABSL_FLAG(bool, transfer_report, false,
+          "print one JSON line of the download (poll to verified weights) and "
+          "upload seconds and bytes summed over every TRAIN task");
 
 namespace fedlearn {
 namespace {
@@ -51,6 +54,9 @@ int Run() {
   absl::Mutex mu;
   absl::Time first_push = absl::InfiniteFuture(),
              last_push = absl::InfinitePast();
+  // Summed over every client's TRAIN tasks, under mu.
+  double download_seconds = 0, upload_seconds = 0;
+  int64_t downloaded = 0, uploaded = 0, tasks = 0;
 
   auto agent = [&](int index) {
     grpc::ChannelArguments args;
@@ -72,7 +78,9 @@ int Run() {
     }
     bool trained = false;
     for (;;) {
+      const absl::Time polled = absl::Now();
       auto task = client.RequestUpdate(absl::Seconds(10));
+      const absl::Time received = absl::Now();
       if (!task.ok()) {
         std::fprintf(stderr, "%s: poll: %s\n", client.client_id().c_str(),
                      task.status().ToString().c_str());
@@ -102,6 +110,11 @@ int Run() {
           absl::MutexLock lock(&mu);
           first_push = std::min(first_push, start);
           last_push = std::max(last_push, end);
+          download_seconds += absl::ToDoubleSeconds(received - polled);
+          upload_seconds += absl::ToDoubleSeconds(end - start);
+          downloaded += static_cast<int64_t>(task->weights.size() * 4);
+          uploaded += static_cast<int64_t>(delta.size() * 4);
+          ++tasks;
           break;
         }
         case v1::TASK_TYPE_EVALUATE: {
@@ -130,6 +143,14 @@ int Run() {
       "failures\n",
       n, pushed_bytes.load() / 1e6, seconds,
       pushed_bytes.load() / 1e9 / seconds, failures.load());
+  if (absl::GetFlag(FLAGS_transfer_report)) {
+    absl::MutexLock lock(&mu);
+    std::printf(
+        "{\"tasks\":%lld,\"download_seconds\":%.6f,\"upload_seconds\":%.6f,"
+        "\"bytes_received\":%lld,\"bytes_sent\":%lld}\n",
+        static_cast<long long>(tasks), download_seconds, upload_seconds,
+        static_cast<long long>(downloaded), static_cast<long long>(uploaded));
+  }
   return failures.load() == 0 ? 0 : 1;
 }
 

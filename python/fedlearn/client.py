@@ -100,9 +100,13 @@ class Summary:
     evaluations: int = 0
     bytes_received: int = 0
     bytes_sent: int = 0
-    # Seconds spent in the protocol (polls, reassembly, pushes) and in ``fit``.
+    # Seconds spent in the protocol (polls, reassembly, pushes) and in ``fit``; of the
+    # protocol's, those that received and verified weights (from the poll's start, so
+    # a poll held open before its task counts too) and those that pushed updates.
     protocol_seconds: float = 0.0
     fit_seconds: float = 0.0
+    download_seconds: float = 0.0
+    upload_seconds: float = 0.0
 
 
 class Client:
@@ -278,7 +282,9 @@ class Client:
                 raise FedlearnError(f"received {received} payload bytes, the task "
                                     f"announced {task.payload_bytes}")
             self.summary.bytes_received += received
-            self.summary.protocol_seconds += time.perf_counter() - started
+            elapsed = time.perf_counter() - started
+            self.summary.protocol_seconds += elapsed
+            self.summary.download_seconds += elapsed
         return task, weights
 
     # -----------------------------------------------------------------------------
@@ -321,7 +327,9 @@ class Client:
         payloads = [encode(d, self._int8)[0] for d in delta]
         while not self._stopping.is_set():
             try:
+                pushing = time.perf_counter()
                 self.push_update(header, payloads)
+                self.summary.upload_seconds += time.perf_counter() - pushing
                 self.summary.rounds_trained += 1
                 self.summary.bytes_sent += sum(len(p) for p in payloads)
                 break

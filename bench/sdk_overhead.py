@@ -1,0 +1,61 @@
+#!/usr/bin/python3
+"""The Python SDK's protocol cost per round, and a PyTorch epoch of the same model.
+
+    sdk_overhead.py client HOST:PORT     one fedlearn.Client whose fit returns at once,
+                                         until DONE; prints its Summary as JSON
+    sdk_overhead.py epoch                the seed CNN (mnist_cnn) in PyTorch: one local
+                                         epoch of 800 examples at B=10 with Adadelta,
+                                         timed (median of 3); prints JSON
+
+Run by bench/sdk-overhead.sh with the Python of the SDK's environment.
+"""
+
+import dataclasses
+import json
+import statistics
+import sys
+import time
+
+
+def client(address):
+    import fedlearn
+
+    def fit(weights, plan):
+        return [w + 1e-3 for w in weights], 800, {"loss": 1.0 / plan.round}
+
+    summary = fedlearn.Client(address, fit, lambda w, p: (1.0, 0.5, 10),
+                              display_name="sdk-bench").run()
+    print(json.dumps(dataclasses.asdict(summary)))
+
+
+def epoch():
+    import torch
+    from torch import nn
+    torch.set_num_threads(1)
+    torch.manual_seed(1)
+    # The seed CNN, as the registry's mnist_cnn (1,199,882 parameters).
+    model = nn.Sequential(
+        nn.Conv2d(1, 32, 3), nn.ReLU(), nn.Conv2d(32, 64, 3), nn.ReLU(),
+        nn.MaxPool2d(2), nn.Dropout(0.25), nn.Flatten(), nn.Linear(9216, 128),
+        nn.ReLU(), nn.Dropout(0.5), nn.Linear(128, 10))
+    assert sum(p.numel() for p in model.parameters()) == 1199882
+    opt = torch.optim.Adadelta(model.parameters(), lr=1.0, rho=0.95, eps=1e-7)
+    x = torch.randn(800, 1, 28, 28)
+    y = torch.randint(0, 10, (800,))
+    times = []
+    for _ in range(3):
+        start = time.perf_counter()
+        for i in range(0, 800, 10):
+            opt.zero_grad()
+            nn.functional.cross_entropy(model(x[i:i + 10]), y[i:i + 10]).backward()
+            opt.step()
+        times.append(time.perf_counter() - start)
+    print(json.dumps({"epoch_seconds": statistics.median(times), "threads": 1,
+                      "examples": 800, "batch_size": 10}))
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "client":
+        client(sys.argv[2])
+    else:
+        epoch()
