@@ -42,14 +42,8 @@ using testing::SmallRun;
 class CoordinatorServiceTest : public ::testing::Test {
  protected:
   void Start(const CoordinatorOptions& options) {
-    auto server = CoordinatorServer::Start(options, "127.0.0.1:0");
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = *std::move(server);
-    grpc::ChannelArguments args;
-    args.SetMaxReceiveMessageSize(4 << 20);
-    channel_ =
-        grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", server_->port()),
-                                  grpc::InsecureChannelCredentials(), args);
+    channel_ = testing::StartCoordinator(options, &server_);
+    ASSERT_NE(channel_, nullptr);
   }
 
   std::unique_ptr<CoordinatorClient> Join(const std::string& join_token = "") {

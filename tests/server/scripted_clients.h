@@ -4,13 +4,18 @@
 // Helpers for tests that drive a real coordinator with scripted clients
 // (CoordinatorClient, the agent's own RPC layer) pushing hand-made updates.
 
+#include <grpcpp/create_channel.h>
+
 #include <cstdint>
+#include <memory>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/coordinator_client.h"
 #include "gtest/gtest.h"
+#include "server/coordinator_server.h"
 #include "server/options.h"
 
 namespace fedlearn::testing {
@@ -31,6 +36,22 @@ inline CoordinatorOptions SmallRun() {
   o.convergence_threshold = 0.0;
   o.rounds_between_validations = 2;
   return o;
+}
+
+// Starts a coordinator with `options` on a free loopback port into `*server`
+// and returns a channel to it that takes 4 MB messages.
+inline std::shared_ptr<grpc::Channel> StartCoordinator(
+    const CoordinatorOptions& options,
+    std::unique_ptr<CoordinatorServer>* server) {
+  auto started = CoordinatorServer::Start(options, "127.0.0.1:0");
+  EXPECT_TRUE(started.ok()) << started.status();
+  if (!started.ok()) return nullptr;
+  *server = *std::move(started);
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(4 << 20);
+  return grpc::CreateCustomChannel(
+      absl::StrCat("127.0.0.1:", (*server)->port()),
+      grpc::InsecureChannelCredentials(), args);
 }
 
 inline v1::UpdateHeader Header(int64_t round, int64_t examples, double loss) {
