@@ -23,14 +23,15 @@ cleanup() {
 trap cleanup EXIT
 ninja -C "$build" fedlearn-coordinator push_load >/dev/null
 venv="$tmp/venv"
-bash tests/python/install_sdk.sh python "$venv" >/dev/null
+bash tests/python/install_sdk.sh "$PWD/python" "$venv" >/dev/null
 python="$venv/bin/python"
 echo "== $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; mnist_cnn, $rounds rounds"
 
 start() {  # a coordinator for one client; sets port
   "$build/server/fedlearn-coordinator" --port=0 --bind=127.0.0.1 --http_port=-1 \
     --model=mnist_cnn --min_clients=1 --clients_per_round=1 --tolerance=0 \
-    --max_rounds="$rounds" --convergence_threshold=-inf 2>"$tmp/coordinator.log" &
+    --max_rounds="$rounds" --convergence_threshold=-inf ${COORDINATOR_FLAGS:-} \
+    2>"$tmp/coordinator.log" &
   coordinator_pid=$!
   port=""
   for _ in $(seq 100); do
