@@ -132,6 +132,70 @@ class ClientTest(unittest.TestCase):
             client.run()
         self.assertEqual(e.exception.code, grpc.StatusCode.UNAVAILABLE)
 
+    def test_tls_and_mutual_tls(self):
+        certs = tempfile.mkdtemp()
+        subprocess.run(["bash", os.path.join(os.environ["FEDLEARN_SOURCE_DIR"], "tests",
+                                             "util", "make-test-certs.sh"), certs],
+                       check=True)
+        path = lambda name: os.path.join(certs, name)  # noqa: E731
+        with Coordinator("--model=mlp_2nn", "--min_clients=1", "--max_rounds=1",
+                         "--convergence_threshold=-inf",
+                         f"--tls_cert={path('server.pem')}",
+                         f"--tls_key={path('server.key')}",
+                         f"--tls_client_ca={path('ca.pem')}") as c:
+            address = c.address.replace("127.0.0.1", "localhost")
+            # Without a client certificate the handshake fails: UNAVAILABLE at once.
+            bare = fedlearn.Client(address, lambda w, p: (w, 1, {}),
+                                   tls=fedlearn.TlsConfig(root_ca=path("ca.pem")),
+                                   reconnect_timeout=1, max_backoff=0.2)
+            with self.assertRaises(fedlearn.FedlearnError) as e:
+                bare.run()
+            self.assertEqual(e.exception.code, grpc.StatusCode.UNAVAILABLE)
+            tls = fedlearn.TlsConfig(root_ca=path("ca.pem"), cert=path("client.pem"),
+                                     key=path("client.key"))
+            client = fedlearn.Client(address, lambda w, p: (w, 1, {"loss": 1.0}),
+                                     lambda w, p: (0.5, 0.5, 1), tls=tls)
+            summary = client.run()
+        self.assertEqual(summary.rounds_trained, 1)
+        self.assertEqual(summary.evaluations, 1)
+
+    def test_a_restarted_coordinator_is_joined_again(self):
+        # The coordinator is killed after round 1 and restarted on the same port and
+        # state directory: the client backs off while it is gone, is told NOT_FOUND by
+        # the new process (which never saw it), joins again and finishes the run.
+        state = tempfile.mkdtemp()
+        import socket
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        flags = ["--model=mlp_2nn", "--min_clients=1", "--max_rounds=3",
+                 "--convergence_threshold=-inf", f"--state_dir={state}"]
+        first = Coordinator(*flags, port=port).__enter__()
+        killed = threading.Event()
+
+        def fit(weights, plan):
+            if plan.round == 2 and not killed.is_set():
+                first.process.kill()
+                first.process.wait()
+                killed.set()
+            return [w + 0.001 for w in weights], 10, {"loss": 1.0 / plan.round}
+
+        client = fedlearn.Client(first.address, fit, lambda w, p: (0.5, 0.5, 1),
+                                 max_backoff=0.2)
+        result = {}
+        thread = threading.Thread(target=lambda: result.update(s=client.run()))
+        thread.start()
+        self.assertTrue(killed.wait(60))
+        with Coordinator(*flags, port=port) as second:
+            thread.join(60)
+            status = get_status(second.address)
+        first._log.close()
+        os.unlink(first.log_path)
+        self.assertIn("s", result)
+        self.assertEqual(result["s"].joins, 2)
+        self.assertEqual(status.phase, 4)  # DONE
+        self.assertEqual(len([r for r in status.history if not r.evaluation]), 3)
+
     def test_the_command_line_shows_status_and_downloads_the_model(self):
         with Coordinator("--model=mlp_2nn", "--min_clients=3") as c:
             out = io.StringIO()
