@@ -7,7 +7,8 @@
 # weights: chunks, CRC-32C per chunk and tensor) and upload (header, go-ahead, chunks,
 # reply) in seconds and MB/s, for both sides; then one local epoch of the same model in
 # PyTorch (800 examples at B=10, Adadelta, 1 thread) and the SDK's overhead as a share
-# of it. Both clients push 1 MiB chunks.
+# of it, and the SDK's codec alone (reassembly with its checks, encoding into chunks)
+# without gRPC. Both clients push 1 MiB chunks.
 # Last line: sdk_overhead_pct=<x> sdk_download_mbps=<x> sdk_upload_mbps=<x>
 #            cpp_download_mbps=<x> cpp_upload_mbps=<x>
 set -euo pipefail
@@ -51,10 +52,11 @@ start
   --chunk_bytes=1048576 --transfer_report | grep '^{' >"$tmp/cpp.json"
 wait "$coordinator_pid"; coordinator_pid=""
 "$python" bench/sdk_overhead.py epoch >"$tmp/epoch.json"
+"$python" bench/sdk_overhead.py codec >"$tmp/codec.json"
 
-"$python" - "$tmp/python.json" "$tmp/cpp.json" "$tmp/epoch.json" <<'PY'
+"$python" - "$tmp/python.json" "$tmp/cpp.json" "$tmp/epoch.json" "$tmp/codec.json" <<'PY'
 import json, sys
-py, cpp, ep = (json.load(open(p)) for p in sys.argv[1:4])
+py, cpp, ep, codec = (json.load(open(p)) for p in sys.argv[1:5])
 def side(name, rounds, down_s, up_s, down_b, up_b):
     down = down_b / down_s / 1e6
     up = up_b / up_s / 1e6
@@ -66,6 +68,8 @@ p_round, p_down, p_up = side("python", py["rounds_trained"], py["download_second
                              py["upload_seconds"], py["bytes_received"] - 0, py["bytes_sent"])
 c_round, c_down, c_up = side("c++", cpp["tasks"], cpp["download_seconds"],
                              cpp["upload_seconds"], cpp["bytes_received"], cpp["bytes_sent"])
+print("the SDK's codec alone (no gRPC), MB/s: " +
+      ", ".join(f"{k[:-5].replace('_', ' ')} {v:.0f}" for k, v in codec.items()))
 epoch = ep["epoch_seconds"]
 pct = 100 * p_round / epoch
 print(f"PyTorch epoch of mnist_cnn (800 examples, B=10, 1 thread): {epoch:.2f} s; the SDK's "

@@ -6,6 +6,9 @@
     sdk_overhead.py epoch                the seed CNN (mnist_cnn) in PyTorch: one local
                                          epoch of 800 examples at B=10 with Adadelta,
                                          timed (median of 3); prints JSON
+    sdk_overhead.py codec                the SDK's own share, without gRPC: reassembly
+                                         with every check, and encoding into chunks, of
+                                         mnist_cnn's 4.8 MB (median of 20); prints JSON
 
 Run by bench/sdk-overhead.sh with the Python of the SDK's environment.
 """
@@ -54,8 +57,35 @@ def epoch():
                       "examples": 800, "batch_size": 10}))
 
 
+def codec():
+    import numpy as np
+    from fedlearn import wire
+    from fedlearn.v1 import coordinator_pb2 as pb2
+    shapes = [(32, 1, 3, 3), (32,), (64, 32, 3, 3), (64,), (128, 9216), (128,),
+              (10, 128), (10,)]  # mnist_cnn
+    spec = pb2.ModelSpec(name="mnist_cnn", tensors=[
+        pb2.TensorSpec(name=f"t{i}", shape=list(s), dtype=pb2.DTYPE_FLOAT32)
+        for i, s in enumerate(shapes)])
+    rng = np.random.default_rng(1)
+    values = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    size = sum(v.nbytes for v in values)
+    out = {}
+    for chunk in (64 << 10, 1 << 20):
+        def encode():
+            return list(wire.make_chunks(pb2, spec, [wire.encode(v, False)[0]
+                                                     for v in values], chunk, False))
+        chunks = encode()
+        wire.reassemble(pb2, spec, chunks)  # warm: the CRC shift matrices
+        for name, fn in (("reassemble", lambda: wire.reassemble(pb2, spec, chunks)),
+                         ("encode", encode)):
+            times = []
+            for _ in range(20):
+                start = time.perf_counter()
+                fn()
+                times.append(time.perf_counter() - start)
+            out[f"{name}_{chunk >> 10}k_mbps"] = size / statistics.median(times) / 1e6
+    print(json.dumps(out))
+
+
 if __name__ == "__main__":
-    if sys.argv[1] == "client":
-        client(sys.argv[2])
-    else:
-        epoch()
+    {"client": lambda: client(sys.argv[2]), "epoch": epoch, "codec": codec}[sys.argv[1]]()

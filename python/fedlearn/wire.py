@@ -27,6 +27,54 @@ def crc32c(data: bytes, value: int = 0) -> int:
     return _crc32c.crc32c(data, value)
 
 
+# Continuing a CRC over n more bytes is affine in the CRC so far: crc32c(B, v) =
+# L_n(v) ^ crc32c(B, 0), with L_n linear over GF(2) and independent of B's bytes.
+# So a tensor's CRC follows from its chunks' CRCs without reading the bytes twice:
+# running = L_n(running) ^ chunk_crc. L_n is a 32x32 bit matrix (32 column words),
+# made by squaring from L_1 and cached per n (a model's chunk lengths repeat every
+# round).
+_shift_cache: dict = {}
+
+
+def _apply(matrix, v: int) -> int:
+    out = 0
+    k = 0
+    while v:
+        if v & 1:
+            out ^= matrix[k]
+        v >>= 1
+        k += 1
+    return out
+
+
+def _compose(a, b):
+    """The matrix of x -> a(b(x))."""
+    return [_apply(a, column) for column in b]
+
+
+def _shift_matrix(n: int):
+    matrix = _shift_cache.get(n)
+    if matrix is None:
+        base = _crc32c.crc32c(b"\0", 0)
+        one = [_crc32c.crc32c(b"\0", 1 << k) ^ base for k in range(32)]  # L_1
+        matrix = [1 << k for k in range(32)]  # identity
+        power = one
+        m = n
+        while m:
+            if m & 1:
+                matrix = _compose(power, matrix)
+            power = _compose(power, power)
+            m >>= 1
+        if len(_shift_cache) < 4096:
+            _shift_cache[n] = matrix
+    return matrix
+
+
+def crc32c_combine(crc_a: int, crc_b: int, length_b: int) -> int:
+    """CRC-32C of A followed by B, from CRC(A), CRC(B) and B's length."""
+    return _apply(_shift_matrix(length_b), crc_a) ^ crc_b
+
+
 def tensor_numel(shape: Sequence[int]) -> int:
     n = 1
     for d in shape:
@@ -66,9 +114,10 @@ def reassemble(pb2, spec, chunks: Iterable) -> List[np.ndarray]:
             data = c.data
             if len(data) > MAX_CHUNK_BYTES or filled + len(data) > total:
                 raise ProtocolError(f"{t.name}: chunk of {len(data)} bytes too large")
-            if crc32c(data) != c.chunk_crc32c:
+            crc = crc32c(data)
+            if crc != c.chunk_crc32c:
                 raise ProtocolError(f"{t.name}: chunk CRC-32C mismatch at offset {c.offset}")
-            running = crc32c(data, running)
+            running = crc if filled == 0 else crc32c_combine(running, crc, len(data))
             payload[filled:filled + len(data)] = np.frombuffer(data, dtype=np.uint8)
             filled += len(data)
             if c.last:
@@ -118,7 +167,7 @@ def make_chunks(pb2, spec, payloads: Sequence[bytes], chunk_bytes: int,
         while True:  # a zero-size tensor still sends one (empty, last) chunk
             data = bytes(view[offset:offset + chunk_bytes])
             crc = crc32c(data)
-            running = crc32c(data, running)
+            running = crc if offset == 0 else crc32c_combine(running, crc, len(data))
             offset += len(data)
             last = offset == total
             yield pb2.TensorChunk(

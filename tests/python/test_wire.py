@@ -6,7 +6,7 @@ import numpy as np
 
 from fedlearn.errors import ProtocolError
 from fedlearn.v1 import coordinator_pb2 as pb2
-from fedlearn.wire import crc32c, encode, make_chunks, reassemble
+from fedlearn.wire import crc32c, crc32c_combine, encode, make_chunks, reassemble
 
 
 def spec(*shapes):
@@ -19,6 +19,14 @@ class WireTest(unittest.TestCase):
     def test_crc32c_check_value_and_continuation(self):
         self.assertEqual(crc32c(b"123456789"), 0xE3069283)  # the standard check value
         self.assertEqual(crc32c(b"6789", crc32c(b"12345")), 0xE3069283)
+
+    def test_combined_crcs_equal_one_pass(self):
+        rng = np.random.default_rng(7)
+        data = rng.integers(0, 256, 5000, dtype=np.uint8).tobytes()
+        for cut in (0, 1, 3, 64, 2499, 4999, 5000):
+            a, b = data[:cut], data[cut:]
+            self.assertEqual(crc32c_combine(crc32c(a), crc32c(b), len(b)), crc32c(data),
+                             cut)
 
     def test_dense_round_trip_in_chunks_of_every_size(self):
         s = spec((3, 5), (), (0,), (1000,))
