@@ -4,14 +4,15 @@ norm on Fashion-MNIST, over 4 Python clients on a Dirichlet split.
 
     # 1. the model's initial weights, for the coordinator
     python3 examples/pytorch/fashion_cnn.py export cnn.safetensors
-    # 2. the coordinator, serving that model
-    fedlearn-coordinator --model=cnn.safetensors --min_clients=4 --max_rounds=5
+    # 2. the coordinator, serving that model with a plan of SGD at 0.05, batches of 32
+    fedlearn-coordinator --model=cnn.safetensors --min_clients=4 --max_rounds=5 \
+        --optimizer=sgd --learning_rate=0.05 --batch_size=32
     # 3. the clients (4 here, in one process)
     python3 examples/pytorch/fashion_cnn.py train --coordinator=127.0.0.1:50051
 
 Each client trains on its share of 8,000 training images (Dirichlet(0.5) over the
 labels, seeded), evaluates on its share of 2,000 test images, with SGD (momentum 0.9)
-at the plan's learning rate and batch size. Data: data/fashion-mnist from
+at the plan's learning rate, in batches of --batch_size (32, as the plan above). Data: data/fashion-mnist from
 scripts/fetch-data.sh (IDX files, gzipped or not).
 """
 
