@@ -92,7 +92,7 @@ RunController::RunController(CoordinatorOptions options, ModelSpec spec,
       scheduler_(MakeScheduler(options_)),
       stop_(options_.max_rounds, options_.convergence_threshold),
       evaluation_(options_.tolerance, options_.eval_timeout),
-      privacy_(options_.dp_delta, options_.dp_max_epsilon) {
+      privacy_(strategy_.dp, options_.dp_delta, options_.dp_max_epsilon) {
   v1::TrainingPlan plan = options_.Plan();
   plan.set_proximal_mu(static_cast<float>(strategy_.config.proximal_mu()));
   plan_ = std::make_shared<const v1::TrainingPlan>(std::move(plan));
@@ -109,32 +109,12 @@ RunController::RunController(CoordinatorOptions options, ModelSpec spec,
                      s.bytes_received());
     // The privacy spent is the composition of the released rounds, each
     // record holding what it was charged.
-    const v1::RoundRecord* last_private = nullptr;
-    for (const v1::RoundRecord& record : s.history()) {
-      if (record.dp_noise_multiplier() > 0) {
-        privacy_.Charge(record.dp_sampling_rate(),
-                        record.dp_noise_multiplier());
-        last_private = &record;
-      }
+    std::string restored;
+    if (std::optional<double> clip = privacy_.Restore(
+            s, phase_ == v1::PHASE_WAITING_FOR_CLIENTS, &restored)) {
+      strategy_.dp_aggregator->RestoreClipNorm(*clip);
     }
-    if (strategy_.dp.enabled() && last_private != nullptr) {
-      // Adaptive clipping goes on from the clip norm it had reached.
-      if (strategy_.dp.adaptive()) {
-        strategy_.dp_aggregator->RestoreClipNorm(
-            last_private->dp_next_clip_norm());
-      }
-      dp_unrecorded_rounds_ = s.dp_unrecorded_rounds();
-      if (phase_ == v1::PHASE_WAITING_FOR_CLIENTS) ++dp_unrecorded_rounds_;
-      for (int i = 0; i < dp_unrecorded_rounds_; ++i) {
-        privacy_.Charge(last_private->dp_sampling_rate(),
-                        last_private->dp_noise_multiplier());
-      }
-      Logf(
-          "run %s: epsilon %.4g after %d rounds, %d of them charged for a "
-          "release a crash may have left unrecorded",
-          run_id_, privacy_.epsilon(), privacy_.rounds(),
-          dp_unrecorded_rounds_);
-    }
+    if (!restored.empty()) Logf("run %s: %s", run_id_, restored);
     if (s.has_previous_train_loss()) stop_.Restore(s.previous_train_loss());
     stop_reason_ = s.stop_reason();
     if (s.has_final_evaluation()) final_evaluation_ = s.final_evaluation();
@@ -244,7 +224,7 @@ std::function<void()> RunController::SaveLocked() {
   s.set_bytes_received(history_.bytes_received());
   s.set_bytes_sent(history_.bytes_sent());
   s.set_sampler(clients_.SamplerState());
-  s.set_dp_unrecorded_rounds(dp_unrecorded_rounds_);
+  privacy_.Save(&s);
   run.weights = global_;
   run.optimizer = strategy_.optimizer->State();
   return [this, run = std::move(run)] {
@@ -436,18 +416,15 @@ void RunController::MaybeStartLocked(absl::Time now, Effects* effects) {
   }
   std::vector<std::string> sampled;
   if (*wanted > 0) sampled = clients_.Sample(clients_.Alive(now), *wanted);
+  if (std::optional<std::string> refused =
+          privacy_.Open(static_cast<int>(sampled.size()), alive)) {
+    // A round that would take epsilon past the budget is never opened.
+    Logf("round %d: %s", version_ + 1, *refused);
+    StopTrainingLocked("privacy_budget", now, effects);
+    MaybeStartLocked(now, effects);
+    return;
+  }
   if (strategy_.dp.enabled()) {
-    // q is the chance that a given client is in this round; a round that
-    // would take epsilon past the budget is never opened.
-    const double q = static_cast<double>(sampled.size()) / alive;
-    if (std::optional<std::string> refused =
-            privacy_.Refuse(q, strategy_.dp.noise_multiplier)) {
-      Logf("round %d: %s", version_ + 1, *refused);
-      StopTrainingLocked("privacy_budget", now, effects);
-      MaybeStartLocked(now, effects);
-      return;
-    }
-    step_sampling_rate_ = q;
     strategy_.aggregator->BeginStep(static_cast<int>(sampled.size()));
   }
   Opening opening =
@@ -593,22 +570,11 @@ void RunController::CloseStepLocked(absl::string_view outcome, absl::Time now,
     global_ = std::move(next);
     ++version_;
     ++counters.rounds_completed;
-    std::string privacy;
-    if (strategy_.dp.enabled()) {
-      privacy_.Charge(step_sampling_rate_, strategy_.dp.noise_multiplier);
-      record.set_dp_epsilon(privacy_.epsilon());
-      record.set_dp_sampling_rate(step_sampling_rate_);
-      record.set_dp_noise_multiplier(strategy_.dp.noise_multiplier);
-      const DpMeanAggregator& dp = *strategy_.dp_aggregator;
-      record.set_dp_clip_norm(dp.finished_clip_norm());
-      record.set_dp_next_clip_norm(dp.clip_norm());
-      privacy = absl::StrFormat(
-          ", epsilon %.4g (delta %g)%s", privacy_.epsilon(), privacy_.delta(),
-          strategy_.dp.adaptive()
-              ? absl::StrFormat(", clip norm %.4g -> %.4g",
-                                dp.finished_clip_norm(), dp.clip_norm())
-              : "");
-    }
+    const std::string privacy =
+        strategy_.dp.enabled()
+            ? privacy_.Charge(strategy_.dp_aggregator->finished_clip_norm(),
+                              strategy_.dp_aggregator->clip_norm(), &record)
+            : "";
     const StopCondition::Verdict verdict =
         stop_.Observe(version_, closing.loss);
     if (verdict.improvement.has_value()) {
@@ -775,14 +741,8 @@ v1::GetStatusResponse RunController::GetStatus(RunCounters* counters) const {
     *status.mutable_final_evaluation() = *final_evaluation_;
   }
   if (strategy_.dp.enabled()) {
-    v1::PrivacyStatus* privacy = status.mutable_privacy();
-    privacy->set_epsilon(privacy_.epsilon());
-    privacy->set_delta(privacy_.delta());
-    privacy->set_noise_multiplier(strategy_.dp.noise_multiplier);
-    privacy->set_clip_norm(strategy_.dp_aggregator->clip_norm());
-    privacy->set_target_quantile(strategy_.dp.target_quantile);
-    privacy->set_max_epsilon(privacy_.max_epsilon());
-    privacy->set_rounds(privacy_.rounds());
+    privacy_.Fill(strategy_.dp_aggregator->clip_norm(),
+                  status.mutable_privacy());
   }
   status.set_bytes_received(history_.bytes_received());
   status.set_bytes_sent(history_.bytes_sent());

@@ -23,7 +23,7 @@
 #include "server/history.h"
 #include "server/metrics.h"
 #include "server/options.h"
-#include "server/privacy/rdp_accountant.h"
+#include "server/privacy/privacy_ledger.h"
 #include "server/scheduler.h"
 #include "server/state_store.h"
 #include "server/stop_condition.h"
@@ -46,7 +46,7 @@ namespace fedlearn {
 //   StopCondition    max rounds, convergence
 //   EvaluationPhase  the final evaluation
 //   History          records, counters, rejections
-//   PrivacyAccountant  epsilon spent under central DP, and its budget
+//   PrivacyLedger    epsilon spent under central DP, and its budget
 //   StateStore       the run on disk
 // One push walks a straight line: AdmitUpdate (header: metrics, then the
 // scheduler's admission) -> the caller receives the update into its private
@@ -242,12 +242,8 @@ class RunController {
   StopCondition stop_ ABSL_GUARDED_BY(mu_);
   EvaluationPhase evaluation_ ABSL_GUARDED_BY(mu_);
   History history_ ABSL_GUARDED_BY(mu_);
-  // Under central DP (strategy_.dp): the privacy spent, and the sampling rate
-  // of the open round, charged when it releases a model.
-  PrivacyAccountant privacy_ ABSL_GUARDED_BY(mu_);
-  double step_sampling_rate_ ABSL_GUARDED_BY(mu_) = 0;
-  // Rounds charged for releases a crash may have left unrecorded (state.proto).
-  int dp_unrecorded_rounds_ ABSL_GUARDED_BY(mu_) = 0;
+  // Under central DP (strategy_.dp): the privacy spent and its budget.
+  PrivacyLedger privacy_ ABSL_GUARDED_BY(mu_);
 
   std::thread timer_;
 };
