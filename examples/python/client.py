@@ -51,9 +51,12 @@ def run(args):
             client.stop()
             return [np.zeros_like(w) for w in weights], args.num_examples, {"loss": 1.0}
         delta = [(-args.step * w).astype("<f4") for w in weights]
+        # What the coordinator will decode, and the bytes the update takes on the
+        # wire: one encoding per tensor (the SDK encodes the same way when it pushes).
+        encoded = [encode(d, args.int8) for d in delta]
         state.update(round=plan.round, weights=weights,
-                     decoded=[encode(d, args.int8)[1] for d in delta],
-                     update_bytes=sum(len(encode(d, args.int8)[0]) for d in delta))
+                     decoded=[values for _, values in encoded],
+                     update_bytes=sum(len(payload) for payload, _ in encoded))
         return delta, args.num_examples, {"loss": 1.0, "accuracy": 0.0}
 
     client = fedlearn.Client(args.coordinator, fit, returns="delta",
