@@ -234,8 +234,7 @@ absl::Status ChunkAssembler::AddChunk(const v1::TensorChunk& chunk) {
         absl::StrCat("tensor ", t.name, ": chunk at byte ", chunk.offset(),
                      ", expected ", offset_));
   }
-  if (data.empty() || (!quantized && data.size() % sizeof(float) != 0) ||
-      data.size() > total - offset_) {
+  if (data.empty() || data.size() > total - offset_) {
     return absl::InvalidArgumentError(absl::StrCat(
         "tensor ", t.name, ": chunk of ", data.size(), " bytes at byte ",
         offset_, " does not fit its payload of ", total, " bytes"));
@@ -288,9 +287,14 @@ absl::Status ChunkAssembler::AddChunk(const v1::TensorChunk& chunk) {
     }
     decoded = count;
   } else {
-    dst = out_.data() + t.offset + offset_ / sizeof(float);
-    std::memcpy(dst, data.data(), data.size());
-    decoded = data.size() / sizeof(float);
+    // Chunks may split the payload at any byte, a value across two chunks
+    // included: the bytes land where they belong, and the values this chunk
+    // completes are checked.
+    char* payload = reinterpret_cast<char*>(out_.data() + t.offset);
+    std::memcpy(payload + offset_, data.data(), data.size());
+    const size_t first = offset_ / sizeof(float);
+    dst = out_.data() + t.offset + first;
+    decoded = (offset_ + data.size()) / sizeof(float) - first;
   }
   if (require_finite_ && !AllFinite({dst, decoded})) {
     return absl::InvalidArgumentError(

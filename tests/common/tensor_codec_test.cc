@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <string>
 #include <utility>
@@ -450,10 +451,46 @@ TEST_F(ChunkAssemblerTest, RejectsAFirstChunkThatDoesNotStartAtZero) {
   ExpectRejected(chunks_, 0, "a.weight", "expected 0");
 }
 
-TEST_F(ChunkAssemblerTest, RejectsAPayloadThatIsNotWholeFloats) {
-  chunks_[1].mutable_data()->resize(14);
-  Reseal(&chunks_[1]);
-  ExpectRejected(chunks_, 1, "a.weight", "does not fit");
+// The stream of `values` with every tensor's payload cut into pieces of
+// 1, 3, 5, 7, 2, 1, 3, ... bytes: values split across chunks everywhere.
+std::vector<v1::TensorChunk> CutAtOddBytes(const ModelSpec& spec,
+                                           absl::Span<const float> values) {
+  static constexpr size_t kCuts[] = {1, 3, 5, 7, 2};
+  std::vector<v1::TensorChunk> out;
+  size_t cut = 0;
+  for (const v1::TensorChunk& whole : WriteAll(spec, values, 1 << 20)) {
+    const std::string& payload = whole.data();
+    for (size_t at = 0; at < payload.size();) {
+      const size_t n =
+          std::min(kCuts[cut++ % std::size(kCuts)], payload.size() - at);
+      v1::TensorChunk piece = whole;
+      piece.set_offset(at);
+      piece.set_data(payload.substr(at, n));
+      Reseal(&piece);
+      at += n;
+      piece.set_last(at == payload.size());
+      if (!piece.last()) piece.clear_tensor_crc32c();
+      out.push_back(std::move(piece));
+    }
+  }
+  return out;
+}
+
+TEST_F(ChunkAssemblerTest, AcceptsChunksCutAtAnyByte) {
+  const std::vector<v1::TensorChunk> pieces = CutAtOddBytes(spec_, values_);
+  ASSERT_GT(pieces.size(), 8u * 4);
+  size_t failed_at = 0;
+  ASSERT_TRUE(Assemble(pieces, &failed_at).ok()) << failed_at;
+  EXPECT_TRUE(SameBits(out_, values_));
+}
+
+TEST_F(ChunkAssemblerTest, RejectsANonFiniteValueSplitAcrossTwoChunks) {
+  // Value 1 (bytes 4-7 of a.weight) is cut 1 + 3 + ... : bytes 1-3 arrive in
+  // the second piece, 4-8 in the third, which completes the NaN.
+  std::vector<float> values = values_;
+  values[1] = std::numeric_limits<float>::quiet_NaN();
+  ExpectRejected(CutAtOddBytes(spec_, values), 2, "a.weight",
+                 "NaN or infinite");
 }
 
 TEST_F(ChunkAssemblerTest, RejectsAnEmptyPayload) {
