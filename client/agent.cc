@@ -17,7 +17,9 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
+#include "common/files.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
 
@@ -362,6 +364,16 @@ absl::Status Agent::Join() {
   request.set_display_name(options_.display_name);
   request.set_num_train_examples(options_.num_train_examples);
   request.set_num_test_examples(options_.num_test_examples);
+  if (!options_.session_file.empty()) {
+    // "<client id>\n<session token>\n" of this agent's last join, if any.
+    absl::StatusOr<std::string> saved = ReadFileToString(options_.session_file);
+    std::vector<std::string> lines;
+    if (saved.ok()) lines = absl::StrSplit(*saved, '\n', absl::SkipEmpty());
+    if (lines.size() == 2) {
+      request.set_previous_client_id(lines[0]);
+      request.set_previous_session_token(lines[1]);
+    }
+  }
   absl::StatusOr<v1::JoinResponse> joined;
   for (;;) {
     if (stopping()) return Stopped();
@@ -397,6 +409,20 @@ absl::Status Agent::Join() {
               name_, target_, joined_.client_id(), joined_.run_id(),
               joined_.model().name(), joined_.model().num_parameters(),
               plan.epochs(), plan.batch_size(), plan.optimizer());
+  if (!joined_.retired_client_id().empty()) {
+    ConsoleLogf(console_, "%s: the coordinator retired %s, our identity before",
+                name_, joined_.retired_client_id());
+  }
+  if (!options_.session_file.empty()) {
+    const std::string session =
+        absl::StrCat(joined_.client_id(), "\n", joined_.session_token(), "\n");
+    absl::Status saved =
+        WriteFileAtomically(options_.session_file, {session}, /*mode=*/0600);
+    if (!saved.ok()) {
+      ConsoleLogf(console_, "%s: session not saved: %s", name_,
+                  saved.ToString());
+    }
+  }
   if (same_model) return absl::OkStatus();
   trainer_.reset();
   absl::StatusOr<std::unique_ptr<Trainer>> trainer = trainer_factory_(joined_);

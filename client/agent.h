@@ -37,7 +37,13 @@ struct AgentOptions {
   // `poll_wait`).
   std::shared_ptr<grpc::Channel> channel;
 
-  std::string join_token;    // the coordinator's join secret, if it has one
+  std::string join_token;  // the coordinator's join secret, if it has one
+  // Where the agent keeps its client id and session token (empty: nowhere).
+  // An agent restarted after a crash presents them at its first Join, so the
+  // coordinator retires its old identity at once instead of counting it alive
+  // (and sampling it) until --client_timeout. Written mode 0600 after every
+  // join; a file that does not parse is ignored and rewritten.
+  std::string session_file;
   std::string display_name;  // for the coordinator's logs and dashboard; also
                              // the prefix of this agent's log lines
   int64_t num_train_examples = 0;  // told at Join, for information only

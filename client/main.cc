@@ -71,6 +71,11 @@ ABSL_FLAG(absl::Duration, max_backoff, absl::Seconds(10),
 ABSL_FLAG(absl::Duration, reconnect_timeout, absl::Minutes(10),
           "give up when the coordinator has not answered for this long; inf: "
           "never");
+ABSL_FLAG(std::string, session_dir, "",
+          "keep each agent's client id and session token in DIR/NAME.session, "
+          "so that an agent restarted after a crash retires its old identity "
+          "at the coordinator instead of leaving it counted alive (empty: not "
+          "kept)");
 ABSL_FLAG(std::string, name, "",
           "display name; empty: the host name. Each agent appends -pI, I its "
           "partition, unless --name is set and --agents=1");
@@ -259,6 +264,15 @@ int Run() {
           : std::max(1, static_cast<int>(std::thread::hardware_concurrency()) /
                             agents);
   const std::string address = absl::GetFlag(FLAGS_coordinator);
+  const std::string session_dir = absl::GetFlag(FLAGS_session_dir);
+  if (!session_dir.empty()) {
+    std::error_code error;
+    std::filesystem::create_directories(session_dir, error);
+    if (error) {
+      return Fail(kExitUsage, absl::StrCat("--session_dir=", session_dir, ": ",
+                                           error.message()));
+    }
+  }
   const absl::Duration max_backoff = absl::GetFlag(FLAGS_max_backoff);
   // One channel for all: one connection, and Stop() can cut calls short.
   ClientTlsFiles tls;
@@ -285,6 +299,11 @@ int Run() {
     options.channel = channel;
     options.join_token = absl::GetFlag(FLAGS_join_token);
     options.display_name = slot.name;
+    if (!session_dir.empty()) {
+      std::string file = slot.name;
+      std::replace(file.begin(), file.end(), '/', '_');
+      options.session_file = absl::StrCat(session_dir, "/", file, ".session");
+    }
     options.num_train_examples = slot.train.size();
     options.num_test_examples = slot.test.size();
     options.max_backoff = max_backoff;

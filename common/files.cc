@@ -30,13 +30,14 @@ absl::Status WriteAll(int fd, const char* data, size_t size,
 
 // Creates a fresh file next to `path` for writing; its name goes to
 // `*temp_path`.
-absl::StatusOr<int> CreateTempFile(const std::string& path,
+absl::StatusOr<int> CreateTempFile(const std::string& path, int mode,
                                    std::string* temp_path) {
   static std::atomic<uint64_t> counter{0};
   for (int attempt = 0;; ++attempt) {
     *temp_path = absl::StrCat(path, ".tmp.", ::getpid(), ".", counter++);
-    const int fd = ::open(temp_path->c_str(),
-                          O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    const int fd =
+        ::open(temp_path->c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
+               static_cast<mode_t>(mode));
     if (fd >= 0) return fd;
     if (errno != EEXIST || attempt >= 100) {
       return absl::ErrnoToStatus(errno,
@@ -73,9 +74,10 @@ int ScopedFd::Close() {
 }
 
 absl::Status WriteFileAtomically(const std::string& path,
-                                 absl::Span<const absl::string_view> parts) {
+                                 absl::Span<const absl::string_view> parts,
+                                 int mode) {
   std::string temp;
-  absl::StatusOr<int> raw_fd = CreateTempFile(path, &temp);
+  absl::StatusOr<int> raw_fd = CreateTempFile(path, mode, &temp);
   if (!raw_fd.ok()) return raw_fd.status();
   ScopedFd fd(*raw_fd);
   absl::Status status;

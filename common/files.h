@@ -36,9 +36,11 @@ class ScopedFd {
 // holds its old contents or the new ones, whole: the bytes go to a fresh
 // temporary file in the same directory, which is fsync'ed and renamed over
 // `path`, and the directory is fsync'ed too. Errors are errno-derived and name
-// the file; nothing is left behind then.
+// the file; nothing is left behind then. A new file gets `mode` less the
+// umask.
 absl::Status WriteFileAtomically(const std::string& path,
-                                 absl::Span<const absl::string_view> parts);
+                                 absl::Span<const absl::string_view> parts,
+                                 int mode = 0666);
 
 // The whole file. NOT_FOUND when it does not exist; other errno-derived codes.
 absl::StatusOr<std::string> ReadFileToString(const std::string& path);

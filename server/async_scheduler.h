@@ -59,6 +59,11 @@ class AsyncScheduler final : public Scheduler {
   absl::Time deadline() const override { return absl::InfiniteFuture(); }
   void NoteSent(const std::string& client_id, const Task& task,
                 int64_t bytes) override;
+  // Every client trains the latest model as it asks: nobody to replace.
+  std::optional<Task> Replace(const std::string& /*gone*/,
+                              const std::string& /*successor*/) override {
+    return std::nullopt;
+  }
   std::vector<std::shared_ptr<CancelHandle>> Stop() override;
   std::optional<v1::RoundRecord> OpenRecord(
       absl::Time now,

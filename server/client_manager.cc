@@ -10,7 +10,6 @@
 #include "server/secrets.h"
 
 namespace fedlearn {
-namespace {}  // namespace
 
 ClientManager::ClientManager(Options options)
     : options_(options), sampler_(options.seed) {}
@@ -46,8 +45,15 @@ absl::Status ClientManager::Authorize(absl::string_view client_id,
         absl::StrCat("unknown client \"", client_id, "\"; join again"));
   }
   Client& client = *it->second;
+  if (!client.replaced_by.empty()) {
+    return absl::NotFoundError(absl::StrCat("client ", client_id,
+                                            " was retired when it joined "
+                                            "again as ",
+                                            client.replaced_by));
+  }
   if (SecretEquals(token, client.token)) {
     client.last_seen = now;
+    client.hung_up = false;
     return absl::OkStatus();
   }
   if (by_token_.contains(token)) {
@@ -56,6 +62,19 @@ absl::Status ClientManager::Authorize(absl::string_view client_id,
   }
   return absl::UnauthenticatedError(
       absl::StrCat("client ", client_id, ": invalid session token"));
+}
+
+bool ClientManager::Retire(absl::string_view previous_id,
+                           absl::string_view token, const Client& successor) {
+  auto it = by_id_.find(previous_id);
+  if (it == by_id_.end() || token.empty()) return false;
+  Client& previous = *it->second;
+  if (&previous == &successor || !previous.replaced_by.empty() ||
+      !SecretEquals(token, previous.token)) {
+    return false;
+  }
+  previous.replaced_by = successor.id;
+  return true;
 }
 
 absl::StatusOr<Client*> ClientManager::Get(absl::string_view client_id) {
@@ -72,17 +91,31 @@ const Client* ClientManager::Find(absl::string_view client_id) const {
   return it == by_id_.end() ? nullptr : it->second;
 }
 
+const Client* ClientManager::FindByToken(absl::string_view token) const {
+  auto it = by_token_.find(token);
+  return it == by_token_.end() ? nullptr : it->second;
+}
+
 bool ClientManager::IsAlive(const Client& client, absl::Time now) const {
+  if (!client.replaced_by.empty()) return false;
   return client.active_polls > 0 ||
          now - client.last_seen < options_.client_timeout;
 }
 
-std::vector<std::string> ClientManager::Alive(absl::Time now) const {
-  std::vector<std::string> alive;
+bool ClientManager::IsReady(const Client& client, absl::Time now) const {
+  if (!client.replaced_by.empty()) return false;
+  if (client.active_polls > 0) return true;
+  return !client.hung_up &&
+         now - client.last_seen <
+             std::min(options_.ready_window, options_.client_timeout);
+}
+
+std::vector<std::string> ClientManager::Ready(absl::Time now) const {
+  std::vector<std::string> ready;
   for (const auto& client : clients_) {
-    if (IsAlive(*client, now)) alive.push_back(client->id);
+    if (IsReady(*client, now)) ready.push_back(client->id);
   }
-  return alive;
+  return ready;
 }
 
 int ClientManager::CountAlive(absl::Time now) const {
@@ -117,7 +150,10 @@ void ClientManager::PollAnswered(Client* client, absl::Time now) {
   client->last_seen = now;
 }
 
-void ClientManager::PollCancelled(Client* client) { --client->active_polls; }
+void ClientManager::PollCancelled(Client* client) {
+  --client->active_polls;
+  client->hung_up = client->active_polls == 0;
+}
 
 std::string ClientManager::SamplerState() const {
   std::ostringstream out;

@@ -22,6 +22,12 @@ struct Client {
   std::string display_name;
   absl::Time last_seen;  // its last call, heartbeat or poll
   int active_polls = 0;  // long polls held open right now
+  // Its last poll was cancelled by the client (a process that died hangs up
+  // its poll) and it has not called since: not ready, whatever last_seen says.
+  bool hung_up = false;
+  // It joined again (JoinRequest.previous_client_id) as `replaced_by`: gone
+  // for good, its id kept so that the history can still name it.
+  std::string replaced_by;
   bool told_done = false;
   // Progress from its heartbeats.
   int64_t batches_done = 0;
@@ -33,8 +39,16 @@ struct Client {
 };
 
 // The clients of a run (Flower's ClientManager): join, session tokens,
-// liveness and seeded sampling. A client is alive while it holds a poll open
-// or was heard from within `client_timeout`.
+// liveness and seeded sampling. A client is
+//   alive  while it holds a poll open or was heard from within
+//          `client_timeout` (what status shows; gone otherwise), and
+//   ready  (what rounds sample and wait for) while it holds a poll open, or
+//          was heard from within `ready_window` and has not hung up its last
+//          poll since: a client asking for work is demonstrably there, one
+//          that missed its heartbeats or whose poll was cut off by its own
+//          side (a killed process) is not counted on, though it may still be
+//          alive for a while.
+// A client retired by its own re-join (Retire) is neither, at once.
 //
 // Memory: one Client (about 200 bytes with its strings) and two index entries
 // per joined client; clients are never forgotten within a run, so ids stay
@@ -46,6 +60,9 @@ class ClientManager {
     int max_clients = 10000;
     absl::Duration client_timeout = absl::Seconds(20);
     uint64_t seed = 1;  // of the sampler
+    // Two heartbeat intervals by default: a client training heartbeats once
+    // per interval, so it stays ready; one that missed two is not sampled.
+    absl::Duration ready_window = absl::Seconds(10);
   };
   explicit ClientManager(Options options);
 
@@ -59,16 +76,24 @@ class ClientManager {
   absl::Status Authorize(absl::string_view client_id, absl::string_view token,
                          absl::Time now);
 
+  // Retires `previous_id` in favour of `successor` when `token` is its
+  // session token and it is not retired already; returns whether it did. Its
+  // later calls fail NOT_FOUND, naming the successor.
+  bool Retire(absl::string_view previous_id, absl::string_view token,
+              const Client& successor);
+
   // The client, or NOT_FOUND ("unknown client ...").
   absl::StatusOr<Client*> Get(absl::string_view client_id);
   // The client, or null.
   const Client* Find(absl::string_view client_id) const;
+  // The client whose session token is `token`, or null.
+  const Client* FindByToken(absl::string_view token) const;
 
   bool IsAlive(const Client& client, absl::Time now) const;
-  // Ids of the clients alive at `now`, in join order.
-  std::vector<std::string> Alive(absl::Time now) const;
-  // How many that is, without building the list.
   int CountAlive(absl::Time now) const;
+  bool IsReady(const Client& client, absl::Time now) const;
+  // Ids of the clients ready at `now`, in join order.
+  std::vector<std::string> Ready(absl::Time now) const;
 
   // `n` of `candidates` (ids of joined clients), drawn without replacement
   // from the seeded sampler: a partial Fisher-Yates shuffle over the
@@ -77,8 +102,8 @@ class ClientManager {
   std::vector<std::string> Sample(std::vector<std::string> candidates, int n);
 
   // A long poll of `client` starts; is answered at `now` (a client waiting on
-  // us was alive all along); or is cancelled by the client, which says nothing
-  // of it being alive.
+  // us was alive all along); or is cancelled by the client, which hung up (a
+  // client that meant to stay polls again at once).
   void PollStarted(Client* client);
   void PollAnswered(Client* client, absl::Time now);
   void PollCancelled(Client* client);

@@ -29,6 +29,16 @@ int Cohort::Quorum(int selected, double tolerance) {
   return std::clamp(quorum, 1, std::max(selected, 1));
 }
 
+bool Cohort::Replace(const std::string& gone, const std::string& successor) {
+  if (!IsSelected(gone) || HasAnswered(gone) || IsSelected(successor)) {
+    return false;
+  }
+  *std::find(selected_.begin(), selected_.end(), gone) = successor;
+  selected_set_.erase(gone);
+  selected_set_.insert(successor);
+  return true;
+}
+
 void Cohort::Add(const std::string& id, const AnswerMetrics& answer) {
   answered_.push_back(id);
   answered_set_.insert(id);

@@ -44,6 +44,12 @@ class Cohort {
   // The quorum of `selected` clients tolerating `tolerance` of them silent.
   static int Quorum(int selected, double tolerance);
 
+  // `successor` takes the place of `gone`, a selected client that has not
+  // answered and never will (it joined again under a new id): the attempt
+  // keeps its size and quorum. False, changing nothing, when `gone` is not
+  // such a client or `successor` is selected already.
+  bool Replace(const std::string& gone, const std::string& successor);
+
   // Records `id`'s answer (it must be selected and not have answered).
   void Add(const std::string& id, const AnswerMetrics& answer);
 
@@ -68,8 +74,8 @@ class Cohort {
  private:
   const int64_t round_;
   const int number_;
-  const std::vector<std::string> selected_;
-  const absl::flat_hash_set<std::string> selected_set_;
+  std::vector<std::string> selected_;
+  absl::flat_hash_set<std::string> selected_set_;
   const double tolerance_;
   const absl::Time start_;
   const absl::Time deadline_;

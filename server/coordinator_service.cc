@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "common/log.h"
 #include "common/tensor_codec.h"
 
 namespace fedlearn {
@@ -40,13 +41,20 @@ grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,
 // RequestUpdate: waits (through RunController::Poll) for the client's task,
 // then writes the task header and, for TRAIN and EVALUATE, the weights chunk by
 // chunk from the task's immutable snapshot. One message in flight at a time
-// bounds memory per stream.
+// bounds memory per stream: a client reading at a trickle holds one chunk
+// (--chunk_bytes) and gRPC's flow-control window of its own stream, and keeps
+// its task's weights snapshot alive (shared with every stream of that model
+// version); a download that moves nothing for --stall_timeout is cut off
+// (the service's watchdog), which lets go of the snapshot too.
 class CoordinatorService::TaskWriter final
     : public grpc::ServerWriteReactor<v1::TaskMessage> {
  public:
   TaskWriter(CoordinatorService* service, grpc::CallbackServerContext* context,
              const v1::RequestUpdateRequest& request)
-      : controller_(service->controller_) {
+      : service_(service),
+        context_(context),
+        controller_(service->controller_),
+        client_id_(request.client_id()) {
     if (absl::Status s = service->Authorize(context, request.client_id());
         !s.ok()) {
       Finish(ToGrpcStatus(s));
@@ -59,18 +67,26 @@ class CoordinatorService::TaskWriter final
 
   void OnWriteDone(bool ok) override {
     if (!ok) {
-      // The client went away mid-stream; it will poll again and get the task
-      // again.
+      // The client went away mid-stream (or stalled and was cut off); it will
+      // poll again and get the task again.
+      service_->Unwatch(this);
       Finish(grpc::Status(grpc::StatusCode::CANCELLED,
                           "stream closed by the client"));
       return;
     }
     if (chunks_.has_value() && chunks_->Next(message_.mutable_chunk())) {
+      service_->Watch(this, absl::Now());
       StartWrite(&message_);
       return;
     }
+    service_->Unwatch(this);
     Finish(grpc::Status::OK);
   }
+
+  // From the watchdog, while this stream is watched: no write completed for
+  // --stall_timeout.
+  void CutOff() { context_->TryCancel(); }
+  const std::string& client_id() const { return client_id_; }
 
   void OnCancel() override { controller_->CancelPoll(poll_id_.load()); }
 
@@ -100,10 +116,14 @@ class CoordinatorService::TaskWriter final
       header->set_payload_bytes(chunks_->total_bytes());
     }
     if (task_.plan != nullptr) *header->mutable_plan() = *task_.plan;
+    service_->Watch(this, absl::Now());
     StartWrite(&message_);
   }
 
+  CoordinatorService* const service_;
+  grpc::CallbackServerContext* const context_;
   RunController* const controller_;
+  const std::string client_id_;
   std::atomic<uint64_t> poll_id_{0};
   Task task_;  // keeps the weights alive while they are written
   std::optional<ChunkWriter> chunks_;
@@ -114,7 +134,13 @@ class CoordinatorService::TaskWriter final
 // turned away before its update is read), waits for a staging buffer, then
 // verifies and copies each chunk into it. Only a complete, verified update is
 // aggregated (RunController::CommitUpdate); anything else is rejected whole and
-// leaves the round's aggregate untouched.
+// leaves the round's aggregate untouched. The staging pool may take the buffer
+// back from an upload that stalls or trickles (Preempt, from the service's
+// watchdog thread): the push then ends RESOURCE_EXHAUSTED, its read still
+// outstanding completes with ok = false, and only then is the buffer given
+// back. mu_ orders Preempt against the reactor's own callbacks; a buffer is
+// given back only after mu_ is released (Release may hand it to another
+// reactor, whose lock is then taken: never two reactors' locks at once).
 class CoordinatorService::UpdateReader final
     : public grpc::ServerReadReactor<v1::PushGradientRequest> {
  public:
@@ -126,39 +152,69 @@ class CoordinatorService::UpdateReader final
   }
 
   void OnReadDone(bool ok) override {
-    if (!ok) {
-      EndOfStream();
-    } else if (!header_.has_value()) {
-      OnHeader();
-    } else if (!request_.has_chunk()) {
-      Reject(Rejection::kInvalid,
-             absl::InvalidArgumentError(
-                 "after the header a push carries only chunks"));
-    } else if (absl::Status s = assembler_->Add(request_.chunk()); !s.ok()) {
-      Reject(s.code() == absl::StatusCode::kResourceExhausted
-                 ? Rejection::kTooLarge
-                 : Rejection::kInvalid,
-             s);
-    } else {
-      StartRead(&request_);
-    }
+    Locked([this, ok]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      if (finished_) {
+        // Preempted while this read was outstanding: the call is over.
+        ReleaseLocked();
+      } else if (!ok) {
+        EndOfStreamLocked();
+      } else if (!header_.has_value()) {
+        OnHeaderLocked();
+      } else if (!request_.has_chunk()) {
+        RejectLocked(Rejection::kInvalid,
+                     absl::InvalidArgumentError(
+                         "after the header a push carries only chunks"));
+      } else if (absl::Status s = assembler_->Add(request_.chunk()); !s.ok()) {
+        RejectLocked(s.code() == absl::StatusCode::kResourceExhausted
+                         ? Rejection::kTooLarge
+                         : Rejection::kInvalid,
+                     s);
+      } else {
+        service_->staging_.Progress(
+            lease_, static_cast<int64_t>(request_.chunk().data().size()),
+            absl::Now());
+        StartRead(&request_);
+      }
+    });
   }
 
-  void OnCancel() override { service_->staging_.Cancel(waiter_id_.load()); }
+  void OnCancel() override { service_->staging_.Cancel(lease_.load()); }
 
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    Locked([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { ReleaseLocked(); });
+    delete this;
+  }
 
  private:
-  void OnHeader() {
+  // Runs `body` under mu_, then gives back the staging buffer it released, if
+  // any, with mu_ released (and without touching `this`, which another thread
+  // may delete as soon as mu_ is free).
+  template <typename Body>
+  void Locked(Body body) {
+    StagingPool* const pool = &service_->staging_;
+    StagingPool::Buffer back;
+    uint64_t lease;
+    {
+      absl::MutexLock lock(&mu_);
+      body();
+      back = std::move(returning_);
+      lease = lease_.load();
+    }
+    if (back != nullptr) pool->Release(lease, std::move(back), absl::Now());
+  }
+
+  void OnHeaderLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (!request_.has_header()) {
-      FinishWith(absl::InvalidArgumentError(
-          "the first message of a push must be its header"));
+      FinishLocked(absl::InvalidArgumentError(
+          absl::StrCat(CallerName(),
+                       ": the first message of a push must be "
+                       "its header")));
       return;
     }
     header_ = request_.header();
     if (absl::Status s = service_->Authorize(context_, header_->client_id());
         !s.ok()) {
-      FinishWith(s);
+      FinishLocked(s);
       return;
     }
     auto ticket = service_->controller_->AdmitUpdate(*header_, [this] {
@@ -166,21 +222,34 @@ class CoordinatorService::UpdateReader final
       context_->TryCancel();
     });
     if (!ticket.ok()) {
-      FinishWith(ticket.status());
+      FinishLocked(ticket.status());
       return;
     }
     ticket_ = *std::move(ticket);
-    waiter_id_ = service_->staging_.Acquire(
-        [this](StagingPool::Buffer buffer) { OnBuffer(std::move(buffer)); });
+    StagingPool::Lease lease = service_->staging_.Acquire(
+        [this](StagingPool::Buffer buffer) {
+          Locked([this, &buffer]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+            OnBufferLocked(std::move(buffer));
+          });
+        },
+        [this](const std::string& reason) { Preempt(reason); }, absl::Now());
+    lease_ = lease.id;
+    // Else the buffer comes later, from the thread that frees one.
+    if (lease.buffer != nullptr) OnBufferLocked(std::move(lease.buffer));
   }
 
-  void OnBuffer(StagingPool::Buffer buffer) {
+  void OnBufferLocked(StagingPool::Buffer buffer)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (buffer == nullptr) {
-      FinishWith(
+      FinishLocked(
           absl::CancelledError("push cancelled while waiting to be received"));
       return;
     }
     buffer_ = std::move(buffer);
+    if (finished_) {
+      ReleaseLocked();
+      return;
+    }
     assembler_.emplace(service_->controller_->spec(), absl::MakeSpan(*buffer_),
                        /*require_finite=*/true, kMaxChunkBytes,
                        header_->encoding());
@@ -191,21 +260,36 @@ class CoordinatorService::UpdateReader final
     StartRead(&request_);
   }
 
-  void EndOfStream() {
+  // From the watchdog thread: the pool takes the buffer back. The read still
+  // outstanding writes into it; OnReadDone gives it back.
+  void Preempt(const std::string& reason) {
+    absl::MutexLock lock(&mu_);
+    if (finished_) return;
+    service_->controller_->RecordRejection(Rejection::kTooSlow);
+    const std::string message =
+        absl::StrCat("client ", header_->client_id(), ": ", reason,
+                     "; the update was dropped whole, push it again");
+    Logf("%s", message);
+    FinishLocked(absl::ResourceExhaustedError(message),
+                 /*release=*/false);  // the outstanding read still uses it
+  }
+
+  void EndOfStreamLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (!header_.has_value()) {
-      FinishWith(absl::InvalidArgumentError("empty push: no header"));
+      FinishLocked(absl::InvalidArgumentError(
+          absl::StrCat(CallerName(), ": empty push, no header")));
       return;
     }
     if (context_->IsCancelled()) {
       if (!closed_by_round_.load())
         service_->controller_->RecordRejection(Rejection::kIncomplete);
-      FinishWith(absl::CancelledError(
+      FinishLocked(absl::CancelledError(
           closed_by_round_.load() ? "round closed before the update arrived"
                                   : "push cancelled"));
       return;
     }
     if (absl::Status s = assembler_->Finish(); !s.ok()) {
-      Reject(Rejection::kIncomplete, s);
+      RejectLocked(Rejection::kIncomplete, s);
       return;
     }
     // From here the push no longer needs cutting off: if its round closes
@@ -216,43 +300,115 @@ class CoordinatorService::UpdateReader final
         *ticket_, *header_, absl::MakeSpan(*buffer_),
         assembler_->bytes_received());
     if (result.ok()) *response_ = *std::move(result);
-    FinishWith(result.status());
+    FinishLocked(result.status());
   }
 
-  void Reject(Rejection reason, const absl::Status& status) {
+  // Who is pushing, before a header names them.
+  std::string CallerName() const {
+    return service_->controller_->CallerName(BearerToken(*context_),
+                                             context_->peer());
+  }
+
+  void RejectLocked(Rejection reason, const absl::Status& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     service_->controller_->RecordRejection(reason);
-    FinishWith(absl::Status(
+    FinishLocked(absl::Status(
         status.code(),
         absl::StrCat("client ", header_->client_id(), ": ", status.message())));
   }
 
-  // Gives back what the push holds before finishing, so the next push can
-  // proceed.
-  void FinishWith(const absl::Status& status) {
-    if (ticket_.has_value()) ticket_->cancel->Disarm();
+  // Gives the staging buffer back (once mu_ is released: Locked), so the
+  // next push can proceed.
+  void ReleaseLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     assembler_.reset();
-    if (buffer_ != nullptr) service_->staging_.Release(std::move(buffer_));
+    if (buffer_ != nullptr) returning_ = std::move(buffer_);
+  }
+
+  // Finishes the call once; gives back what the push holds first unless a
+  // read still writes into it.
+  void FinishLocked(const absl::Status& status, bool release = true)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (finished_) return;
+    finished_ = true;
+    if (ticket_.has_value()) ticket_->cancel->Disarm();
+    if (release) ReleaseLocked();
     Finish(ToGrpcStatus(status));
   }
 
   CoordinatorService* const service_;
   grpc::CallbackServerContext* const context_;
   v1::PushGradientResponse* const response_;
+  absl::Mutex mu_;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
   v1::PushGradientRequest request_;
   std::optional<v1::UpdateHeader> header_;
   std::optional<Ticket> ticket_;  // once the header is admitted
-  std::atomic<uint64_t> waiter_id_{0};
+  std::atomic<uint64_t> lease_{0};
   std::atomic<bool> closed_by_round_{false};
-  StagingPool::Buffer buffer_;
-  std::optional<ChunkAssembler> assembler_;
+  StagingPool::Buffer buffer_ ABSL_GUARDED_BY(mu_);
+  StagingPool::Buffer returning_ ABSL_GUARDED_BY(mu_);  // see Locked
+  std::optional<ChunkAssembler> assembler_ ABSL_GUARDED_BY(mu_);
 };
+
+namespace {
+
+StagingPool::Policy UploadPolicy(const CoordinatorOptions& options) {
+  StagingPool::Policy policy;
+  policy.idle_timeout = options.stall_timeout;
+  policy.min_rate = options.min_upload_rate;
+  return policy;
+}
+
+// How often the watchdog looks: the slack on --stall_timeout and on the
+// one-second grace of --min_upload_rate.
+constexpr absl::Duration kWatchdogPeriod = absl::Milliseconds(100);
+
+}  // namespace
 
 CoordinatorService::CoordinatorService(RunController* controller)
     : controller_(controller),
       staging_(controller->options().max_concurrent_updates,
-               static_cast<size_t>(controller->spec().num_parameters)) {}
+               static_cast<size_t>(controller->spec().num_parameters),
+               UploadPolicy(controller->options())),
+      watchdog_([this] { WatchdogLoop(); }) {}
 
-CoordinatorService::~CoordinatorService() = default;
+CoordinatorService::~CoordinatorService() {
+  stop_.Notify();
+  watchdog_.join();
+}
+
+void CoordinatorService::Watch(TaskWriter* writer, absl::Time now) {
+  absl::MutexLock lock(&downloads_mu_);
+  downloads_[writer] = now;
+}
+
+void CoordinatorService::Unwatch(TaskWriter* writer) {
+  absl::MutexLock lock(&downloads_mu_);
+  downloads_.erase(writer);
+}
+
+void CoordinatorService::WatchdogLoop() {
+  const absl::Duration stall = controller_->options().stall_timeout;
+  while (!stop_.WaitForNotificationWithTimeout(kWatchdogPeriod)) {
+    const absl::Time now = absl::Now();
+    for (const StagingPool::Reclaimed& reclaimed : staging_.Reclaim(now)) {
+      reclaimed.Run();
+    }
+    absl::MutexLock lock(&downloads_mu_);
+    for (auto it = downloads_.begin(); it != downloads_.end();) {
+      if (now - it->second < stall) {
+        ++it;
+        continue;
+      }
+      // Watched means not finished, so the writer is alive while the lock is
+      // held; it finishes once the cancelled write completes.
+      Logf("client %s: download stalled for %s, cut off (--stall_timeout)",
+           it->first->client_id(), absl::FormatDuration(now - it->second));
+      it->first->CutOff();
+      downloads_.erase(it++);
+    }
+  }
+}
 
 absl::Status CoordinatorService::Authorize(grpc::CallbackServerContext* context,
                                            absl::string_view client_id) {

@@ -2,7 +2,13 @@
 #define FEDLEARN_SERVER_COORDINATOR_SERVICE_H_
 
 #include <memory>
+#include <thread>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "fedlearn/v1/coordinator.grpc.pb.h"
 #include "server/run_controller.h"
 #include "server/staging_pool.h"
@@ -14,6 +20,8 @@ namespace fedlearn {
 // and absl::Status into grpc::Status. RequestUpdate and PushGradient are one
 // reactor per stream; no lock is held while a reactor starts a write or
 // finishes. Thread-safe; `controller` must outlive it.
+// A watchdog thread keeps slow and stalled clients from holding anyone else up
+// (StagingPool, TaskWriter).
 class CoordinatorService final : public v1::Coordinator::CallbackService {
  public:
   explicit CoordinatorService(RunController* controller);
@@ -47,8 +55,21 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   absl::Status Authorize(grpc::CallbackServerContext* context,
                          absl::string_view client_id);
 
+  // Downloads being written, and when each last made progress.
+  void Watch(TaskWriter* writer, absl::Time now);
+  void Unwatch(TaskWriter* writer);
+  // Every 100 ms: takes staging buffers back from stalled or trickling
+  // uploads (StagingPool::Reclaim), and cuts off downloads that moved nothing
+  // for --stall_timeout.
+  void WatchdogLoop();
+
   RunController* const controller_;
   StagingPool staging_;
+  absl::Mutex downloads_mu_;
+  absl::flat_hash_map<TaskWriter*, absl::Time> downloads_
+      ABSL_GUARDED_BY(downloads_mu_);
+  absl::Notification stop_;
+  std::thread watchdog_;  // last: started once the rest is built
 };
 
 }  // namespace fedlearn

@@ -11,7 +11,8 @@ std::vector<std::pair<std::string, Task>> EvaluationPhase::Open(
     absl::Time now) {
   cohort_ = std::make_unique<Cohort>(round, ++attempts_, std::move(clients),
                                      tolerance_, now, now + timeout_);
-  Task evaluate;
+  Task& evaluate = evaluate_;
+  evaluate = Task();
   evaluate.type = v1::TASK_TYPE_EVALUATE;
   evaluate.round = round;
   evaluate.deadline = cohort_->deadline();
@@ -20,6 +21,14 @@ std::vector<std::pair<std::string, Task>> EvaluationPhase::Open(
   for (const std::string& id : cohort_->selected())
     posts.emplace_back(id, evaluate);
   return posts;
+}
+
+std::optional<Task> EvaluationPhase::Replace(const std::string& gone,
+                                             const std::string& successor) {
+  if (cohort_ == nullptr || !cohort_->Replace(gone, successor)) {
+    return std::nullopt;
+  }
+  return evaluate_;
 }
 
 absl::StatusOr<absl::string_view> EvaluationPhase::Report(

@@ -49,6 +49,10 @@ class EvaluationPhase {
   // Closes the open attempt with `outcome` ("all", "quorum", "abandoned").
   Closed Close(absl::string_view outcome, absl::Time now);
 
+  // As Scheduler::Replace: `successor` evaluates in place of `gone`.
+  std::optional<Task> Replace(const std::string& gone,
+                              const std::string& successor);
+
   void NoteSent(int64_t bytes) {
     if (cohort_ != nullptr) cohort_->AddBytesSent(bytes);
   }
@@ -58,6 +62,7 @@ class EvaluationPhase {
   const double tolerance_;
   const absl::Duration timeout_;
   std::unique_ptr<Cohort> cohort_;
+  Task evaluate_;  // the open attempt's task
   int attempts_ = 0;
 };
 

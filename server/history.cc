@@ -25,6 +25,9 @@ void Count(Rejection reason, v1::RejectionCounts* r) {
     case Rejection::kIncomplete:
       r->set_incomplete(r->incomplete() + 1);
       break;
+    case Rejection::kTooSlow:
+      r->set_too_slow(r->too_slow() + 1);
+      break;
   }
 }
 

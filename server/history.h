@@ -16,7 +16,8 @@ enum class Rejection {
   kNotSelected,
   kInvalid,
   kTooLarge,
-  kIncomplete
+  kIncomplete,
+  kTooSlow
 };
 
 // The run's record (Flower's History): one RoundRecord per closed or abandoned

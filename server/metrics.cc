@@ -178,7 +178,8 @@ std::string RenderPrometheus(const v1::GetStatusResponse& status,
            {"not_selected", r.not_selected()},
            {"invalid", r.invalid()},
            {"too_large", r.too_large()},
-           {"incomplete", r.incomplete()}}) {
+           {"incomplete", r.incomplete()},
+           {"too_slow", r.too_slow()}}) {
     e.Sample("fedlearn_updates_rejected_total",
              absl::StrCat("reason=\"", reason, "\""), static_cast<double>(n));
   }
@@ -254,7 +255,8 @@ std::string RenderHistoryCsv(const v1::GetStatusResponse& status) {
   for (const v1::RoundRecord& r : status.history()) {
     const v1::RejectionCounts& x = r.rejected();
     const int rejected = x.stale_round() + x.duplicate() + x.not_selected() +
-                         x.invalid() + x.too_large() + x.incomplete();
+                         x.invalid() + x.too_large() + x.incomplete() +
+                         x.too_slow();
     const v1::RoundMetrics& m = r.metrics();
     const bool closed = r.outcome() != "abandoned";
     const bool train = closed && !r.evaluation();

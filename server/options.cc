@@ -80,6 +80,10 @@ absl::Status CoordinatorOptions::Validate() const {
     return Bad("client_timeout", "must be > 0");
   if (max_concurrent_updates < 1)
     return Bad("max_concurrent_updates", "must be at least 1");
+  if (stall_timeout <= absl::ZeroDuration())
+    return Bad("stall_timeout", "must be > 0");
+  if (!(min_upload_rate >= 0) || !std::isfinite(min_upload_rate))
+    return Bad("min_upload_rate", "must be a number of bytes/s >= 0");
   if (chunk_bytes < 1024 || static_cast<size_t>(chunk_bytes) > kMaxChunkBytes) {
     return Bad("chunk_bytes", "must be in [1024, 1048576]");
   }

@@ -88,7 +88,8 @@ RunController::RunController(CoordinatorOptions options, ModelSpec spec,
       run_id_(RandomHex(8)),
       strategy_(std::move(strategy)),
       global_(std::make_shared<const std::vector<float>>(std::move(initial))),
-      clients_({options_.max_clients, options_.client_timeout, options_.seed}),
+      clients_({options_.max_clients, options_.client_timeout, options_.seed,
+                2 * options_.heartbeat_interval}),
       scheduler_(MakeScheduler(options_)),
       stop_(options_.max_rounds, options_.convergence_threshold),
       evaluation_(options_.tolerance, options_.eval_timeout),
@@ -320,6 +321,31 @@ absl::StatusOr<v1::JoinResponse> RunController::Join(
     Logf("round %d: %s joined (%s), %d clients", RoundLocked(), (*client)->id,
          request.display_name().empty() ? "unnamed" : request.display_name(),
          clients_.size());
+    if (clients_.Retire(request.previous_client_id(),
+                        request.previous_session_token(), **client)) {
+      // Its process is gone: whatever it was asked stays unanswered. It is
+      // not waited for, sampled or counted from now on.
+      const std::string& previous = request.previous_client_id();
+      response.set_retired_client_id(previous);
+      board_.Retract(previous);
+      AbsorbLocked(board_.CloseClient(
+                       previous, absl::NotFoundError(absl::StrCat(
+                                     "client ", previous, " joined again as ",
+                                     (*client)->id))),
+                   now, &effects);
+      // Restarted while it was asked to train or evaluate: it takes its own
+      // place, so the attempt is not one client short.
+      std::optional<Task> takeover =
+          evaluation_.is_open() ? evaluation_.Replace(previous, (*client)->id)
+                                : scheduler_->Replace(previous, (*client)->id);
+      Logf("round %d: %s retired: it joined again as %s%s", RoundLocked(),
+           previous, (*client)->id,
+           takeover.has_value() ? ", which takes its place" : "");
+      if (takeover.has_value()) {
+        AbsorbLocked(board_.Post((*client)->id, *std::move(takeover)), now,
+                     &effects);
+      }
+    }
     MaybeStartLocked(now, &effects);
   }
   effects.Run();
@@ -338,10 +364,20 @@ absl::Status RunController::Authorize(absl::string_view client_id,
   return clients_.Authorize(client_id, token, absl::Now());
 }
 
+std::string RunController::CallerName(absl::string_view token,
+                                      absl::string_view peer) const {
+  absl::MutexLock lock(&mu_);
+  const Client* client = clients_.FindByToken(token);
+  return client != nullptr ? absl::StrCat("client ", client->id)
+                           : absl::StrCat("unauthenticated caller ", peer);
+}
+
 uint64_t RunController::Poll(absl::string_view client_id,
                              absl::Duration max_wait, PollCallback done) {
   absl::StatusOr<Task> answer;
+  bool answer_now = true;
   uint64_t id = 0;
+  Effects effects;
   {
     absl::MutexLock lock(&mu_);
     absl::StatusOr<Client*> client = clients_.Get(client_id);
@@ -354,20 +390,28 @@ uint64_t RunController::Poll(absl::string_view client_id,
           max_wait > options_.poll_timeout) {
         max_wait = options_.poll_timeout;
       }
+      const absl::Time now = absl::Now();
       TaskBoard::PollResult result =
-          board_.Poll((*client)->id, absl::Now() + max_wait, std::move(done));
+          board_.Poll((*client)->id, now + max_wait, std::move(done));
       id = result.poll_id;
       if (!result.now.has_value()) {
+        answer_now = false;
         clients_.PollStarted(*client);
         timer_dirty_ = true;
-        return id;
+        // A client that waits for work is ready: a run short of ready
+        // clients may start now, this poll answered by the opening.
+        if (phase_ == v1::PHASE_WAITING_FOR_CLIENTS) {
+          MaybeStartLocked(now, &effects);
+        }
+      } else {
+        NoteSentLocked(result.now->client_id, *result.now->task);
+        done = std::move(result.now->done);
+        answer = std::move(result.now->task);
       }
-      NoteSentLocked(result.now->client_id, *result.now->task);
-      done = std::move(result.now->done);
-      answer = std::move(result.now->task);
     }
   }
-  done(std::move(answer));
+  effects.Run();
+  if (answer_now) done(std::move(answer));
   return id;
 }
 
@@ -388,10 +432,10 @@ void RunController::MaybeStartLocked(absl::Time now, Effects* effects) {
   if (shutting_down_ || phase_ == v1::PHASE_DONE) return;
   if (phase_ == v1::PHASE_EVALUATING) {
     if (evaluation_.is_open()) return;
-    std::vector<std::string> alive = clients_.Alive(now);
-    if (alive.empty()) return;
-    // Every alive client evaluates the final weights.
-    auto posts = evaluation_.Open(version_, std::move(alive), global_, now);
+    std::vector<std::string> ready = clients_.Ready(now);
+    if (ready.empty()) return;
+    // Every ready client evaluates the final weights.
+    auto posts = evaluation_.Open(version_, std::move(ready), global_, now);
     history_.OpenAttempt();
     board_.RetractAll();
     for (auto& [client_id, task] : posts) {
@@ -407,17 +451,20 @@ void RunController::MaybeStartLocked(absl::Time now, Effects* effects) {
     return;
   }
   if (scheduler_->is_open()) return;
-  // A count only: async mode reopens after every version and samples nobody.
-  const int alive = clients_.CountAlive(now);
-  const std::optional<int> wanted = scheduler_->WantClients(alive);
+  // Rounds sample the ready clients only: a client that joined again under a
+  // new id, hung up its poll or missed its heartbeats is not asked, so a
+  // round is not left waiting for the dead.
+  std::vector<std::string> ready = clients_.Ready(now);
+  const int num_ready = static_cast<int>(ready.size());
+  const std::optional<int> wanted = scheduler_->WantClients(num_ready);
   if (!wanted.has_value()) {
     phase_ = v1::PHASE_WAITING_FOR_CLIENTS;
     return;
   }
   std::vector<std::string> sampled;
-  if (*wanted > 0) sampled = clients_.Sample(clients_.Alive(now), *wanted);
+  if (*wanted > 0) sampled = clients_.Sample(std::move(ready), *wanted);
   if (std::optional<std::string> refused =
-          privacy_.Open(static_cast<int>(sampled.size()), alive)) {
+          privacy_.Open(static_cast<int>(sampled.size()), num_ready)) {
     // A round that would take epsilon past the budget is never opened.
     Logf("round %d: %s", version_ + 1, *refused);
     StopTrainingLocked("privacy_budget", now, effects);

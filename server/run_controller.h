@@ -97,6 +97,11 @@ class RunController {
   // for an unknown client, PERMISSION_DENIED for another client's token.
   absl::Status Authorize(absl::string_view client_id, absl::string_view token);
 
+  // Who presents `token`, for the errors of a call that names no client
+  // (a push without its header): "client ID", or `peer` when the token is
+  // nobody's.
+  std::string CallerName(absl::string_view token, absl::string_view peer) const;
+
   // Long poll for `client_id`'s next task (the client must be authorized).
   // `done` is called exactly once, never under the lock: with the task as soon
   // as there is one, with WAIT when `max_wait` (capped by --poll_timeout)

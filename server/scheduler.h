@@ -112,6 +112,12 @@ class Scheduler {
   // InfiniteFuture when it has no deadline.
   virtual absl::Time deadline() const = 0;
 
+  // `successor` is `gone` restarted under a new id: when `gone` was asked to
+  // train in the open step and has not answered, `successor` takes its place
+  // and gets the returned task; nullopt otherwise.
+  virtual std::optional<Task> Replace(const std::string& gone,
+                                      const std::string& successor) = 0;
+
   // A task was handed to `client_id`, `bytes` of weights with it.
   virtual void NoteSent(const std::string& client_id, const Task& task,
                         int64_t bytes) = 0;

@@ -1,34 +1,45 @@
 #include "server/staging_pool.h"
 
+#include <algorithm>
 #include <utility>
+
+#include "absl/strings/str_format.h"
 
 namespace fedlearn {
 
-StagingPool::StagingPool(int num_buffers, size_t buffer_floats)
-    : buffer_floats_(buffer_floats) {
+StagingPool::StagingPool(int num_buffers, size_t buffer_floats, Policy policy)
+    : buffer_floats_(buffer_floats), policy_(policy) {
   // Buffers are allocated lazily, on first use, and then kept: a coordinator
   // that never sees concurrent pushes never pays for the extra buffers.
   free_.resize(num_buffers);
 }
 
-uint64_t StagingPool::Acquire(Callback done) {
-  Buffer buffer;
-  uint64_t id;
+void StagingPool::GrantLocked(Waiter& waiter, absl::Time now) {
+  Held& lease = leases_[waiter.id];
+  lease.preempt = std::move(waiter.preempt);
+  lease.granted = now;
+  lease.last_progress = now;
+}
+
+StagingPool::Lease StagingPool::Acquire(Callback done, Preempt preempt,
+                                        absl::Time now) {
+  Lease lease;
   {
     absl::MutexLock lock(&mu_);
-    id = next_id_++;
+    lease.id = next_id_++;
+    Waiter waiter{lease.id, std::move(done), std::move(preempt)};
     if (free_.empty()) {
-      waiters_.push_back(Waiter{id, std::move(done)});
-      return id;
+      waiters_.push_back(std::move(waiter));
+      return lease;
     }
-    buffer = std::move(free_.back());
+    lease.buffer = std::move(free_.back());
     free_.pop_back();
-    ++in_use_;
+    GrantLocked(waiter, now);
   }
-  if (buffer == nullptr)
-    buffer = std::make_unique<std::vector<float>>(buffer_floats_);
-  done(std::move(buffer));
-  return id;
+  // Allocated on first use, outside the lock.
+  if (lease.buffer == nullptr)
+    lease.buffer = std::make_unique<std::vector<float>>(buffer_floats_);
+  return lease;
 }
 
 void StagingPool::Cancel(uint64_t id) {
@@ -46,24 +57,89 @@ void StagingPool::Cancel(uint64_t id) {
   if (done) done(nullptr);
 }
 
-void StagingPool::Release(Buffer buffer) {
+void StagingPool::Progress(uint64_t id, int64_t bytes, absl::Time now) {
+  absl::MutexLock lock(&mu_);
+  auto it = leases_.find(id);
+  if (it == leases_.end()) return;
+  it->second.bytes += bytes;
+  it->second.last_progress = now;
+}
+
+void StagingPool::Release(uint64_t id, Buffer buffer, absl::Time now) {
   Callback next;
   {
     absl::MutexLock lock(&mu_);
+    leases_.erase(id);
     if (waiters_.empty()) {
       free_.push_back(std::move(buffer));
-      --in_use_;
       return;
     }
-    next = std::move(waiters_.front().done);
+    Waiter& waiter = waiters_.front();
+    GrantLocked(waiter, now);
+    next = std::move(waiter.done);
     waiters_.pop_front();
   }
   next(std::move(buffer));
 }
 
+std::vector<StagingPool::Reclaimed> StagingPool::Reclaim(absl::Time now) {
+  std::vector<Reclaimed> out;
+  absl::MutexLock lock(&mu_);
+  auto take = [&out](uint64_t id, Held& lease, std::string reason) {
+    lease.reclaimed = true;
+    out.push_back(Reclaimed{id, lease.preempt, std::move(reason)});
+  };
+  // Stalled: nothing arrived for idle_timeout, whoever waits.
+  for (auto& [id, lease] : leases_) {
+    if (lease.reclaimed || now - lease.last_progress < policy_.idle_timeout) {
+      continue;
+    }
+    take(id, lease,
+         absl::StrFormat("upload stalled: nothing received for %s "
+                         "(--stall_timeout)",
+                         absl::FormatDuration(now - lease.last_progress)));
+  }
+  // Trickling while others wait: the slowest first, one per waiter.
+  size_t wanted = waiters_.size();
+  if (wanted == 0) return out;
+  wanted -= std::min(wanted, out.size());
+  struct Slow {
+    double rate;
+    uint64_t id;
+  };
+  std::vector<Slow> slow;
+  for (const auto& [id, lease] : leases_) {
+    const absl::Duration held = now - lease.granted;
+    if (lease.reclaimed || held < policy_.grace) continue;
+    const double rate =
+        static_cast<double>(lease.bytes) / absl::ToDoubleSeconds(held);
+    if (rate < policy_.min_rate) slow.push_back({rate, id});
+  }
+  std::sort(slow.begin(), slow.end(), [](const Slow& a, const Slow& b) {
+    return a.rate < b.rate || (a.rate == b.rate && a.id < b.id);
+  });
+  for (size_t i = 0; i < slow.size() && i < wanted; ++i) {
+    take(slow[i].id, leases_[slow[i].id],
+         absl::StrFormat(
+             "upload too slow: %.0f bytes/s over %s, below "
+             "--min_upload_rate=%.0f bytes/s, while %d other "
+             "upload(s) waited for its buffer",
+             slow[i].rate,
+             absl::FormatDuration(absl::Trunc(now - leases_[slow[i].id].granted,
+                                              absl::Milliseconds(1))),
+             policy_.min_rate, waiters_.size()));
+  }
+  return out;
+}
+
 int StagingPool::in_use() const {
   absl::MutexLock lock(&mu_);
-  return in_use_;
+  return static_cast<int>(leases_.size());
+}
+
+int StagingPool::waiting() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int>(waiters_.size());
 }
 
 }  // namespace fedlearn

@@ -42,7 +42,8 @@ Opening SyncScheduler::Open(std::vector<std::string> sampled,
                                      options_.tolerance, now,
                                      now + options_.round_timeout);
   Opening opening;
-  Task train;
+  Task& train = train_;
+  train = Task();
   train.type = v1::TASK_TYPE_TRAIN;
   train.round = round;
   train.run_validation = options_.rounds_between_validations > 0 &&
@@ -131,6 +132,14 @@ Closing SyncScheduler::Close(absl::string_view outcome, int64_t /*version*/,
 
 absl::Time SyncScheduler::deadline() const {
   return cohort_ == nullptr ? absl::InfiniteFuture() : cohort_->deadline();
+}
+
+std::optional<Task> SyncScheduler::Replace(const std::string& gone,
+                                           const std::string& successor) {
+  if (cohort_ == nullptr || !cohort_->Replace(gone, successor)) {
+    return std::nullopt;
+  }
+  return train_;
 }
 
 void SyncScheduler::NoteSent(const std::string& /*client_id*/, const Task& task,

@@ -46,6 +46,8 @@ class SyncScheduler final : public Scheduler {
   Closing Close(absl::string_view outcome, int64_t version, int alive,
                 absl::Time now) override;
   absl::Time deadline() const override;
+  std::optional<Task> Replace(const std::string& gone,
+                              const std::string& successor) override;
   void NoteSent(const std::string& client_id, const Task& task,
                 int64_t bytes) override;
   std::vector<std::shared_ptr<CancelHandle>> Stop() override;
@@ -57,6 +59,7 @@ class SyncScheduler final : public Scheduler {
  private:
   const Options options_;
   std::unique_ptr<Cohort> cohort_;  // the open attempt, if any
+  Task train_;                      // its selected clients' task
   uint64_t step_ = 0;               // attempts opened
   int64_t last_round_ = 0;          // the round of the last attempt opened
   int attempt_ = 0;                 // its attempt number

@@ -95,6 +95,16 @@ TaskBoard::Deliveries TaskBoard::Expire(absl::Time now) {
   return out;
 }
 
+TaskBoard::Deliveries TaskBoard::CloseClient(const std::string& client_id,
+                                             const absl::Status& status) {
+  Deliveries out;
+  auto it = by_client_.find(client_id);
+  if (it == by_client_.end()) return out;
+  const std::vector<uint64_t> ids(it->second.begin(), it->second.end());
+  for (uint64_t id : ids) out.push_back(Take(held_.find(id), status));
+  return out;
+}
+
 TaskBoard::Deliveries TaskBoard::CloseAll(const absl::Status& status) {
   Deliveries out;
   while (!held_.empty()) out.push_back(Take(held_.begin(), status));

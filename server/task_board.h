@@ -75,6 +75,9 @@ class TaskBoard {
 
   // Ends a held poll with CANCELLED (nothing when it is no longer held).
   std::optional<Delivery> Cancel(uint64_t poll_id);
+  // Answers the held polls of `client_id` with `status`.
+  Deliveries CloseClient(const std::string& client_id,
+                         const absl::Status& status);
   // Answers the polls whose expiry is at or before `now` with their task
   // (WAIT).
   Deliveries Expire(absl::Time now);

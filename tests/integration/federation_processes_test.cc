@@ -2,7 +2,8 @@
 // fedlearn-client processes over localhost, on a slice of the real digits of
 // data/mnist. One agent is killed in the middle of round 2; the round still
 // closes at quorum, the run goes on through round 3 and the evaluation phase to
-// DONE, and every process exits.
+// DONE, and every process exits. Then agents that keep crashing, and a
+// coordinator that does.
 
 #include <signal.h>
 #include <unistd.h>
@@ -51,7 +52,8 @@ double ClosedRoundAccuracy(const std::string& log, int round) {
 
 // Writes a slice of data/mnist's real digits into a fresh directory (so that
 // a round takes seconds) and returns it; empty when data/mnist is missing.
-std::filesystem::path WriteSlice(const std::string& name) {
+std::filesystem::path WriteSlice(const std::string& name,
+                                 int agents = kAgents) {
   const std::string source = absl::StrCat(FEDLEARN_SOURCE_DIR, "/data/mnist");
   absl::StatusOr<Dataset> train = LoadMnistDir(source, /*train=*/true);
   absl::StatusOr<Dataset> test = LoadMnistDir(source, /*train=*/false);
@@ -61,8 +63,8 @@ std::filesystem::path WriteSlice(const std::string& name) {
       absl::StrCat(name, "_", getpid());
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
-  std::vector<int64_t> train_index(kAgents * kTrainPerAgent),
-      test_index(kAgents * kTestPerAgent);
+  std::vector<int64_t> train_index(agents * kTrainPerAgent),
+      test_index(agents * kTestPerAgent);
   for (size_t i = 0; i < train_index.size(); ++i)
     train_index[i] = static_cast<int64_t>(i);
   for (size_t i = 0; i < test_index.size(); ++i)
@@ -80,13 +82,19 @@ std::filesystem::path WriteSlice(const std::string& name) {
 
 std::unique_ptr<ChildProcess> StartAgent(int port,
                                          const std::filesystem::path& data,
-                                         int index) {
-  return std::make_unique<ChildProcess>(std::vector<std::string>{
-      FEDLEARN_CLIENT_BINARY, absl::StrCat("--coordinator=127.0.0.1:", port),
-      absl::StrCat("--data_dir=", data.string()), "--partition=iid",
-      absl::StrCat("--num_partitions=", kAgents),
-      absl::StrCat("--partition_index=", index), "--threads=1",
-      absl::StrCat("--name=agent", index)});
+                                         int index, int agents = kAgents,
+                                         std::vector<std::string> more = {}) {
+  std::vector<std::string> argv = {
+      FEDLEARN_CLIENT_BINARY,
+      absl::StrCat("--coordinator=127.0.0.1:", port),
+      absl::StrCat("--data_dir=", data.string()),
+      "--partition=iid",
+      absl::StrCat("--num_partitions=", agents),
+      absl::StrCat("--partition_index=", index),
+      "--threads=1",
+      absl::StrCat("--name=agent", index)};
+  argv.insert(argv.end(), more.begin(), more.end());
+  return std::make_unique<ChildProcess>(argv);
 }
 
 TEST(FederationProcessesTest, AgentKilledMidRoundAndTheRunStillFinishes) {
@@ -154,6 +162,88 @@ TEST(FederationProcessesTest, AgentKilledMidRoundAndTheRunStillFinishes) {
   const double last = ClosedRoundAccuracy(log, 3);
   ASSERT_GE(first, 0) << log;
   EXPECT_GT(last, first + 0.2) << log;
+  std::filesystem::remove_all(dir);
+}
+
+// Crashing agents, as a fleet on preemptible machines has them: ten agents,
+// ten per round, the round rules' defaults (tolerance 0.3, client timeout
+// 20 s). In each of rounds 1 to 3, three agents are SIGKILLed mid-round and
+// restarted a second later, under new ids but with the session files they
+// keep (--session_dir). Each restart retires its dead identity at once (and
+// takes its place if its round is still open), so no round samples the dead
+// or waits for them: every round closes at quorum or with all, none is
+// abandoned. (A --round_timeout of 60 s rather than 5 min only makes a round
+// that did wait for the dead fail the test sooner.)
+TEST(FederationProcessesTest,
+     AgentsKilledEveryRoundAndRestartedNeverHoldARound) {
+  constexpr int kFleet = 10;
+  constexpr int kKilledPerRound = 3;
+  constexpr int kRounds = 4;
+  const std::filesystem::path dir = WriteSlice("churn", kFleet);
+  if (dir.empty()) GTEST_SKIP() << "no data/mnist (run scripts/fetch-data.sh)";
+  const std::string sessions =
+      absl::StrCat("--session_dir=", (dir / "sessions").string());
+
+  ChildProcess coordinator(
+      {FEDLEARN_COORDINATOR_BINARY, "--port=0", "--bind=127.0.0.1",
+       "--http_port=-1", "--model=mnist_cnn",
+       absl::StrCat("--min_clients=", kFleet),
+       absl::StrCat("--clients_per_round=", kFleet),
+       absl::StrCat("--max_rounds=", kRounds), "--convergence_threshold=-inf",
+       "--round_timeout=60s", "--eval_timeout=60s", "--done_grace=5s"});
+  const int port = testing::CoordinatorPort(coordinator, kTimeout);
+  ASSERT_GT(port, 0) << coordinator.output();
+  std::vector<std::unique_ptr<ChildProcess>> agents;
+  for (int i = 0; i < kFleet; ++i) {
+    agents.push_back(StartAgent(port, dir, i, kFleet, {sessions}));
+    ASSERT_TRUE(agents.back()->started());
+  }
+
+  for (int round = 1; round < kRounds; ++round) {
+    ASSERT_TRUE(coordinator.WaitForLine(
+        absl::StrCat("round ", round, ": training attempt 1 started"),
+        kTimeout))
+        << coordinator.output();
+    absl::SleepFor(absl::Milliseconds(300));  // into the download and training
+    std::vector<int> killed;
+    for (int k = 0; k < kKilledPerRound; ++k) {
+      killed.push_back((round * kKilledPerRound + k) % kFleet);
+    }
+    for (int i : killed) agents[i]->Signal(SIGKILL);
+    for (int i : killed) EXPECT_EQ(agents[i]->Wait(kTimeout), 128 + SIGKILL);
+    absl::SleepFor(absl::Seconds(1));
+    for (int i : killed) {
+      agents[i] = StartAgent(port, dir, i, kFleet, {sessions});
+      ASSERT_TRUE(agents[i]->started());
+    }
+  }
+
+  const std::optional<int> coordinator_exit = coordinator.Wait(kTimeout);
+  ASSERT_TRUE(coordinator_exit.has_value()) << "coordinator still running:\n"
+                                            << coordinator.output();
+  EXPECT_EQ(*coordinator_exit, 0) << coordinator.output();
+  for (int i = 0; i < kFleet; ++i) {
+    const std::optional<int> exit_code = agents[i]->Wait(kTimeout);
+    ASSERT_TRUE(exit_code.has_value()) << "agent " << i << " still running";
+    EXPECT_EQ(*exit_code, 0) << agents[i]->output();
+  }
+  const std::string& log = coordinator.output();
+  EXPECT_THAT(log, ::testing::Not(HasSubstr("abandoned"))) << log;
+  for (int round = 1; round <= kRounds; ++round) {
+    EXPECT_THAT(log, ::testing::ContainsRegex(absl::StrCat(
+                         "round ", round, ": closed \\((quorum|all)\\)")))
+        << log;
+  }
+  // Every restart retired the identity its process had before.
+  int retired = 0;
+  for (size_t at = log.find(" retired: it joined again as ");
+       at != std::string::npos;
+       at = log.find(" retired: it joined again as ", at + 1)) {
+    ++retired;
+  }
+  EXPECT_EQ(retired, (kRounds - 1) * kKilledPerRound) << log;
+  EXPECT_THAT(log, HasSubstr(absl::StrCat("run done: ", kRounds,
+                                          " rounds (max_rounds)")));
   std::filesystem::remove_all(dir);
 }
 

@@ -78,16 +78,65 @@ TEST(ClientManagerTest, AClientIsAliveWhileHeardFromOrHoldingAPoll) {
   EXPECT_FALSE(clients.IsAlive(*a, t0 + absl::Minutes(11)));
 }
 
-TEST(ClientManagerTest, AliveListsClientsInJoinOrder) {
+TEST(ClientManagerTest, ReadyListsClientsInJoinOrder) {
   ClientManager clients(Small());
   ASSERT_TRUE(clients.Register("z", t0).ok());
   ASSERT_TRUE(clients.Register("y", t0 + absl::Seconds(10)).ok());
   ASSERT_TRUE(clients.Register("x", t0).ok());
-  EXPECT_THAT(clients.Alive(t0 + absl::Seconds(5)),
+  EXPECT_THAT(clients.Ready(t0 + absl::Seconds(5)),
               ElementsAre("client-1", "client-2", "client-3"));
-  EXPECT_THAT(clients.Alive(t0 + absl::Seconds(25)), ElementsAre("client-2"));
+  EXPECT_THAT(clients.Ready(t0 + absl::Seconds(15)), ElementsAre("client-2"));
   EXPECT_EQ(clients.CountAlive(t0 + absl::Seconds(5)), 3);
   EXPECT_EQ(clients.CountAlive(t0 + absl::Seconds(25)), 1);
+}
+
+TEST(ClientManagerTest, ReadyMeansPollingOrHeardFromWithinTheReadyWindow) {
+  ClientManager clients(Small());  // alive 20 s, ready 10 s
+  Client* a = *clients.Get((*clients.Register("a", t0))->id);
+  // Silent for 10 s (two missed heartbeats): alive still, but not sampled.
+  EXPECT_TRUE(clients.IsReady(*a, t0 + absl::Seconds(9)));
+  EXPECT_FALSE(clients.IsReady(*a, t0 + absl::Seconds(10)));
+  EXPECT_TRUE(clients.IsAlive(*a, t0 + absl::Seconds(10)));
+  // Holding a poll: ready however long it is held.
+  clients.PollStarted(a);
+  EXPECT_TRUE(clients.IsReady(*a, t0 + absl::Hours(1)));
+  // The client hung up its poll (a killed process does): not ready at once,
+  // though alive for the rest of its client timeout...
+  clients.PollCancelled(a);
+  EXPECT_FALSE(clients.IsReady(*a, t0 + absl::Seconds(1)));
+  EXPECT_TRUE(clients.IsAlive(*a, t0 + absl::Seconds(1)));
+  // ... until it calls again.
+  ASSERT_TRUE(clients.Authorize(a->id, a->token, t0 + absl::Seconds(2)).ok());
+  EXPECT_TRUE(clients.IsReady(*a, t0 + absl::Seconds(3)));
+  // A client holding two polls that hangs up one still holds the other.
+  clients.PollStarted(a);
+  clients.PollStarted(a);
+  clients.PollCancelled(a);
+  EXPECT_TRUE(clients.IsReady(*a, t0 + absl::Seconds(3)));
+}
+
+TEST(ClientManagerTest, AReJoinWithThePreviousTokenRetiresTheOldIdentity) {
+  ClientManager clients(Small());
+  Client* old = *clients.Get((*clients.Register("agent", t0))->id);
+  clients.PollStarted(old);  // even while it seems to hold a poll
+  const Client* other = *clients.Register("other", t0);
+  const Client* again = *clients.Register("agent", t0 + absl::Seconds(1));
+  // Another client's token, or none, retires nothing.
+  EXPECT_FALSE(clients.Retire(old->id, other->token, *again));
+  EXPECT_FALSE(clients.Retire(old->id, "", *again));
+  EXPECT_FALSE(clients.Retire("client-99", old->token, *again));
+  EXPECT_TRUE(clients.IsReady(*old, t0 + absl::Seconds(1)));
+  ASSERT_TRUE(clients.Retire(old->id, old->token, *again));
+  EXPECT_FALSE(clients.IsReady(*old, t0 + absl::Seconds(1)));
+  EXPECT_FALSE(clients.IsAlive(*old, t0 + absl::Seconds(1)));
+  EXPECT_THAT(clients.Ready(t0 + absl::Seconds(1)),
+              ElementsAre("client-2", "client-3"));
+  // Its later calls are told who replaced it; it cannot be retired twice.
+  absl::Status s = clients.Authorize(old->id, old->token, t0);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(s.message(), HasSubstr("client-1 was retired when it joined "
+                                     "again as client-3"));
+  EXPECT_FALSE(clients.Retire(old->id, old->token, *other));
 }
 
 TEST(ClientManagerTest, SamplingIsSeededAndIgnoresJoinOrder) {
@@ -106,8 +155,8 @@ TEST(ClientManagerTest, SamplingIsSeededAndIgnoresJoinOrder) {
     return out;
   };
   for (int round = 0; round < 5; ++round) {
-    const auto f = forward.Sample(forward.Alive(t0), 3);
-    const auto b = backward.Sample(backward.Alive(t0), 3);
+    const auto f = forward.Sample(forward.Ready(t0), 3);
+    const auto b = backward.Sample(backward.Ready(t0), 3);
     ASSERT_EQ(f.size(), 3u);
     EXPECT_EQ(named(forward, f), named(backward, b)) << "round " << round;
   }
@@ -116,7 +165,7 @@ TEST(ClientManagerTest, SamplingIsSeededAndIgnoresJoinOrder) {
 TEST(ClientManagerTest, SampleDrawsWithoutReplacementAndCapsAtTheCandidates) {
   ClientManager clients(Small());
   for (int i = 0; i < 6; ++i) ASSERT_TRUE(clients.Register("c", t0).ok());
-  const std::vector<std::string> all = clients.Alive(t0);
+  const std::vector<std::string> all = clients.Ready(t0);
   EXPECT_THAT(clients.Sample(all, 6), UnorderedElementsAreArray(all));
   EXPECT_THAT(clients.Sample(all, 60), UnorderedElementsAreArray(all));
   EXPECT_TRUE(clients.Sample(all, 0).empty());
@@ -127,14 +176,14 @@ TEST(ClientManagerTest, ARestoredSamplerSamplesAsTheOriginalWouldHave) {
   for (int i = 0; i < 8; ++i) {
     ASSERT_TRUE(original.Register("c" + std::to_string(i), t0).ok());
   }
-  original.Sample(original.Alive(t0), 4);  // advance it
+  original.Sample(original.Ready(t0), 4);  // advance it
   ClientManager resumed(Small());
   for (int i = 0; i < 8; ++i) {
     ASSERT_TRUE(resumed.Register("c" + std::to_string(i), t0).ok());
   }
   ASSERT_TRUE(resumed.RestoreSampler(original.SamplerState()).ok());
-  EXPECT_EQ(resumed.Sample(resumed.Alive(t0), 4),
-            original.Sample(original.Alive(t0), 4));
+  EXPECT_EQ(resumed.Sample(resumed.Ready(t0), 4),
+            original.Sample(original.Ready(t0), 4));
   EXPECT_EQ(resumed.RestoreSampler("not a sampler").code(),
             absl::StatusCode::kInvalidArgument);
 }

@@ -481,10 +481,17 @@ TEST_F(CoordinatorServiceTest, RejectedUpdatesLeaveTheModelBitIdentical) {
          m.erase(m.begin());
          return a.PushMessages(m).status();
        }},
+      {"empty push", absl::StatusCode::kInvalidArgument,
+       [&] { return a.PushMessages({}).status(); }},
   };
   for (const Case& c : cases) {
     absl::Status s = c.push();
     EXPECT_EQ(s.code(), c.code) << c.name << ": " << s;
+    // Every error names the client it is for, a push without a header too.
+    const CoordinatorClient* by = c.name == "not selected" ? unselected : &a;
+    EXPECT_THAT(s.message(),
+                HasSubstr(absl::StrCat("client ", by->client_id())))
+        << c.name;
     ASSERT_EQ(0, std::memcmp(Global().data(), before.data(),
                              before.size() * sizeof(float)))
         << c.name << " changed the global model";

@@ -3,6 +3,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -16,15 +17,40 @@ namespace fedlearn {
 namespace {
 
 using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 
-// Records what each Acquire's callback received, in the order callbacks ran.
-// Single-threaded tests only.
+const absl::Time t0 = absl::FromUnixSeconds(1'000'000);
+
+// Records the buffer each lease received (at once or through its callback),
+// in the order they came, and the preemptions. Single-threaded tests only.
 struct Recorder {
   struct Call {
     int waiter;
     StagingPool::Buffer buffer;
   };
   std::vector<Call> calls;
+  std::vector<uint64_t> ids;  // by waiter
+  std::vector<std::pair<int, std::string>> preempted;
+
+  // Waiter `waiter` asks `pool` for a buffer at `now`; returns its lease id.
+  uint64_t Acquire(StagingPool& pool, int waiter, absl::Time now = t0) {
+    StagingPool::Lease lease = pool.Acquire(
+        For(waiter),
+        [this, waiter](const std::string& reason) {
+          preempted.emplace_back(waiter, reason);
+        },
+        now);
+    if (lease.buffer != nullptr)
+      calls.push_back({waiter, std::move(lease.buffer)});
+    if (ids.size() <= static_cast<size_t>(waiter)) ids.resize(waiter + 1);
+    ids[waiter] = lease.id;
+    return lease.id;
+  }
+
+  // Gives back the buffer `waiter` holds.
+  void Release(StagingPool& pool, int waiter, absl::Time now = t0) {
+    pool.Release(ids[waiter], Take(waiter), now);
+  }
 
   StagingPool::Callback For(int waiter) {
     return [this, waiter](StagingPool::Buffer buffer) {
@@ -53,7 +79,7 @@ TEST(StagingPoolTest, HandsOutBuffersOfTheRightSizeImmediately) {
   EXPECT_EQ(pool.in_use(), 0);
   Recorder rec;
   for (int i = 0; i < 3; ++i) {
-    pool.Acquire(rec.For(i));
+    rec.Acquire(pool, i);
     // Served before Acquire returns.
     ASSERT_EQ(rec.calls.size(), static_cast<size_t>(i + 1));
     ASSERT_NE(rec.calls[i].buffer, nullptr);
@@ -69,15 +95,14 @@ TEST(StagingPoolTest, HandsOutBuffersOfTheRightSizeImmediately) {
 TEST(StagingPoolTest, AcquireBeyondTheLimitWaitsForARelease) {
   StagingPool pool(2, 16);
   Recorder rec;
-  pool.Acquire(rec.For(0));
-  pool.Acquire(rec.For(1));
-  pool.Acquire(rec.For(2));
+  rec.Acquire(pool, 0);
+  rec.Acquire(pool, 1);
+  rec.Acquire(pool, 2);
   EXPECT_THAT(rec.Order(), ElementsAre(0, 1));
   EXPECT_EQ(pool.in_use(), 2);
 
-  StagingPool::Buffer first = rec.Take(0);
-  const std::vector<float>* const released = first.get();
-  pool.Release(std::move(first));
+  const std::vector<float>* const released = rec.calls[0].buffer.get();
+  rec.Release(pool, 0);
   // The waiter receives the very buffer that was released; it stays in use.
   EXPECT_THAT(rec.Order(), ElementsAre(0, 1, 2));
   EXPECT_EQ(rec.calls[2].buffer.get(), released);
@@ -87,26 +112,25 @@ TEST(StagingPoolTest, AcquireBeyondTheLimitWaitsForARelease) {
 TEST(StagingPoolTest, WaitersAreServedFirstComeFirstServed) {
   StagingPool pool(1, 4);
   Recorder rec;
-  for (int i = 0; i < 5; ++i) pool.Acquire(rec.For(i));
+  for (int i = 0; i < 5; ++i) rec.Acquire(pool, i);
   EXPECT_THAT(rec.Order(), ElementsAre(0));
-  for (int i = 0; i < 4; ++i) pool.Release(rec.Take(i));
+  for (int i = 0; i < 4; ++i) rec.Release(pool, i);
   EXPECT_THAT(rec.Order(), ElementsAre(0, 1, 2, 3, 4));
   EXPECT_EQ(pool.in_use(), 1);
-  pool.Release(rec.Take(4));
+  rec.Release(pool, 4);
   EXPECT_EQ(pool.in_use(), 0);
 }
 
 TEST(StagingPoolTest, ReleasedBuffersAreReused) {
   StagingPool pool(1, 8);
   Recorder rec;
-  pool.Acquire(rec.For(0));
-  StagingPool::Buffer buffer = rec.Take(0);
-  (*buffer)[0] = 42.0f;
-  const std::vector<float>* const address = buffer.get();
-  pool.Release(std::move(buffer));
+  rec.Acquire(pool, 0);
+  (*rec.calls[0].buffer)[0] = 42.0f;
+  const std::vector<float>* const address = rec.calls[0].buffer.get();
+  rec.Release(pool, 0);
   EXPECT_EQ(pool.in_use(), 0);
 
-  pool.Acquire(rec.For(1));
+  rec.Acquire(pool, 1);
   ASSERT_EQ(rec.calls.size(), 2u);
   EXPECT_EQ(rec.calls[1].buffer.get(), address);
   EXPECT_EQ(rec.calls[1].buffer->size(), 8u);
@@ -116,14 +140,14 @@ TEST(StagingPoolTest, ReleasedBuffersAreReused) {
 TEST(StagingPoolTest, InUseCountsBuffersHandedOut) {
   StagingPool pool(3, 2);
   Recorder rec;
-  pool.Acquire(rec.For(0));
-  pool.Acquire(rec.For(1));
+  rec.Acquire(pool, 0);
+  rec.Acquire(pool, 1);
   EXPECT_EQ(pool.in_use(), 2);
-  pool.Release(rec.Take(1));
+  rec.Release(pool, 1);
   EXPECT_EQ(pool.in_use(), 1);
-  pool.Release(rec.Take(0));
+  rec.Release(pool, 0);
   EXPECT_EQ(pool.in_use(), 0);
-  for (int i = 2; i < 6; ++i) pool.Acquire(rec.For(i));  // 3 served, 1 waits
+  for (int i = 2; i < 6; ++i) rec.Acquire(pool, i);  // 3 served, 1 waits
   EXPECT_EQ(pool.in_use(), 3);
   EXPECT_THAT(rec.Order(), ElementsAre(0, 1, 2, 3, 4));
 }
@@ -131,9 +155,9 @@ TEST(StagingPoolTest, InUseCountsBuffersHandedOut) {
 TEST(StagingPoolTest, IdsAreDistinct) {
   StagingPool pool(1, 1);
   Recorder rec;
-  const uint64_t a = pool.Acquire(rec.For(0));  // served
-  const uint64_t b = pool.Acquire(rec.For(1));  // queued
-  const uint64_t c = pool.Acquire(rec.For(2));  // queued
+  const uint64_t a = rec.Acquire(pool, 0);  // served
+  const uint64_t b = rec.Acquire(pool, 1);  // queued
+  const uint64_t c = rec.Acquire(pool, 2);  // queued
   EXPECT_NE(a, b);
   EXPECT_NE(b, c);
   EXPECT_NE(a, c);
@@ -142,9 +166,9 @@ TEST(StagingPoolTest, IdsAreDistinct) {
 TEST(StagingPoolTest, CancelOfAQueuedWaiterCallsItWithNullptrOnce) {
   StagingPool pool(1, 4);
   Recorder rec;
-  pool.Acquire(rec.For(0));
-  const uint64_t id1 = pool.Acquire(rec.For(1));
-  pool.Acquire(rec.For(2));
+  rec.Acquire(pool, 0);
+  const uint64_t id1 = rec.Acquire(pool, 1);
+  rec.Acquire(pool, 2);
 
   pool.Cancel(id1);
   ASSERT_THAT(rec.Order(), ElementsAre(0, 1));
@@ -156,7 +180,7 @@ TEST(StagingPoolTest, CancelOfAQueuedWaiterCallsItWithNullptrOnce) {
   EXPECT_THAT(rec.Order(), ElementsAre(0, 1));
 
   // The cancelled waiter is out of the queue: the next buffer goes to waiter 2.
-  pool.Release(rec.Take(0));
+  rec.Release(pool, 0);
   EXPECT_THAT(rec.Order(), ElementsAre(0, 1, 2));
   EXPECT_NE(rec.calls[2].buffer, nullptr);
   EXPECT_EQ(pool.in_use(), 1);
@@ -165,15 +189,15 @@ TEST(StagingPoolTest, CancelOfAQueuedWaiterCallsItWithNullptrOnce) {
 TEST(StagingPoolTest, CancelOfAServedIdDoesNothing) {
   StagingPool pool(1, 4);
   Recorder rec;
-  const uint64_t id0 = pool.Acquire(rec.For(0));
-  const uint64_t id1 = pool.Acquire(rec.For(1));
+  const uint64_t id0 = rec.Acquire(pool, 0);
+  const uint64_t id1 = rec.Acquire(pool, 1);
   pool.Cancel(id0);  // served at once
   EXPECT_THAT(rec.Order(), ElementsAre(0));
   EXPECT_NE(rec.calls[0].buffer, nullptr);
   EXPECT_EQ(pool.in_use(), 1);
 
-  pool.Release(rec.Take(0));  // serves waiter 1
-  pool.Cancel(id1);           // served from the queue
+  rec.Release(pool, 0);  // serves waiter 1
+  pool.Cancel(id1);      // served from the queue
   EXPECT_THAT(rec.Order(), ElementsAre(0, 1));
   EXPECT_NE(rec.calls[1].buffer, nullptr);
   EXPECT_EQ(pool.in_use(), 1);
@@ -188,17 +212,21 @@ TEST(StagingPoolTest, CallbacksRunOutsideTheLock) {
   // callback.
   StagingPool pool(1, 4);
   std::vector<int> order;
-  StagingPool::Buffer held;
-  pool.Acquire([&](StagingPool::Buffer b) { held = std::move(b); });
+  StagingPool::Lease held = pool.Acquire(nullptr, nullptr, t0);
+  ASSERT_NE(held.buffer, nullptr);
+  std::vector<uint64_t> ids(4);
   for (int i = 1; i <= 3; ++i) {
-    pool.Acquire([&pool, &order, i](StagingPool::Buffer b) {
-      order.push_back(i);
-      EXPECT_EQ(pool.in_use(), 1);
-      pool.Release(std::move(b));
-    });
+    ids[i] = pool.Acquire(
+                     [&pool, &order, &ids, i](StagingPool::Buffer b) {
+                       order.push_back(i);
+                       EXPECT_EQ(pool.in_use(), 1);
+                       pool.Release(ids[i], std::move(b), t0);
+                     },
+                     nullptr, t0)
+                 .id;
   }
   EXPECT_TRUE(order.empty());
-  pool.Release(std::move(held));
+  pool.Release(held.id, std::move(held.buffer), t0);
   EXPECT_THAT(order, ElementsAre(1, 2, 3));
   EXPECT_EQ(pool.in_use(), 0);
 }
@@ -218,11 +246,17 @@ TEST(StagingPoolTest, ConcurrentAcquireAndReleaseNeverExceedTheLimit) {
       for (int r = 0; r < kRounds; ++r) {
         absl::Notification got;
         StagingPool::Buffer buffer;
-        pool.Acquire([&](StagingPool::Buffer b) {
-          buffer = std::move(b);
-          got.Notify();
-        });
-        got.WaitForNotification();
+        StagingPool::Lease lease = pool.Acquire(
+            [&](StagingPool::Buffer b) {
+              buffer = std::move(b);
+              got.Notify();
+            },
+            nullptr, absl::Now());
+        if (lease.buffer != nullptr) {
+          buffer = std::move(lease.buffer);
+        } else {
+          got.WaitForNotification();
+        }
         if (buffer == nullptr) {
           ADD_FAILURE() << "thread " << t << " got no buffer";
           continue;
@@ -235,7 +269,7 @@ TEST(StagingPoolTest, ConcurrentAcquireAndReleaseNeverExceedTheLimit) {
         (*buffer)[r % 32] = static_cast<float>(t);
         holding.fetch_sub(1);
         served.fetch_add(1);
-        pool.Release(std::move(buffer));
+        pool.Release(lease.id, std::move(buffer), absl::Now());
       }
     });
   }
@@ -243,6 +277,97 @@ TEST(StagingPoolTest, ConcurrentAcquireAndReleaseNeverExceedTheLimit) {
   EXPECT_EQ(served.load(), kThreads * kRounds);
   EXPECT_LE(max_holding.load(), kBuffers);
   EXPECT_EQ(pool.in_use(), 0);
+}
+
+// Reclaim: what a slow or stalled upload can no longer do to the others. The
+// policy here: stalled after 10 s without a byte; below 1000 bytes/s over at
+// least 1 s while others wait.
+StagingPolicy TestPolicy() {
+  StagingPolicy policy;
+  policy.idle_timeout = absl::Seconds(10);
+  policy.min_rate = 1000;
+  policy.grace = absl::Seconds(1);
+  return policy;
+}
+
+TEST(StagingPoolReclaimTest, AStalledUploadIsReclaimedWhetherOrNotOthersWait) {
+  StagingPool pool(2, 4, TestPolicy());
+  Recorder rec;
+  rec.Acquire(pool, 0);
+  rec.Acquire(pool, 1);
+  pool.Progress(rec.ids[1], 100, t0 + absl::Seconds(5));
+  EXPECT_TRUE(pool.Reclaim(t0 + absl::Seconds(9)).empty());
+  // Waiter 0 sent nothing for 10 s; waiter 1 last sent at 5 s.
+  std::vector<StagingPool::Reclaimed> reclaimed =
+      pool.Reclaim(t0 + absl::Seconds(10));
+  ASSERT_EQ(reclaimed.size(), 1u);
+  EXPECT_EQ(reclaimed[0].id, rec.ids[0]);
+  reclaimed[0].Run();
+  ASSERT_EQ(rec.preempted.size(), 1u);
+  EXPECT_EQ(rec.preempted[0].first, 0);
+  EXPECT_THAT(rec.preempted[0].second,
+              HasSubstr("upload stalled: nothing received for 10s"));
+  // Once only: the holder gives the buffer back when its call has ended.
+  EXPECT_TRUE(pool.Reclaim(t0 + absl::Seconds(11)).empty());
+  EXPECT_EQ(pool.in_use(), 2);
+  rec.Release(pool, 0);
+  EXPECT_EQ(pool.in_use(), 1);
+}
+
+TEST(StagingPoolReclaimTest, ATrickleKeepsItsBufferWhileNobodyWaits) {
+  StagingPool pool(1, 4, TestPolicy());
+  Recorder rec;
+  rec.Acquire(pool, 0);
+  for (int s = 1; s <= 30; ++s) {
+    pool.Progress(rec.ids[0], 10, t0 + absl::Seconds(s));  // 10 bytes/s
+    EXPECT_TRUE(pool.Reclaim(t0 + absl::Seconds(s)).empty()) << s;
+  }
+}
+
+TEST(StagingPoolReclaimTest, WhileOthersWaitTheSlowestBelowTheRateGiveWay) {
+  StagingPool pool(3, 4, TestPolicy());
+  Recorder rec;
+  rec.Acquire(pool, 0);
+  rec.Acquire(pool, 1);
+  rec.Acquire(pool, 2);
+  rec.Acquire(pool, 3, t0 + absl::Seconds(1));  // waits
+  rec.Acquire(pool, 4, t0 + absl::Seconds(1));  // waits
+  // Over 2 s: waiter 0 at 5000 bytes/s, 1 at 50, 2 at 500.
+  const absl::Time now = t0 + absl::Seconds(2);
+  pool.Progress(rec.ids[0], 10000, now);
+  pool.Progress(rec.ids[1], 100, now);
+  pool.Progress(rec.ids[2], 1000, now);
+  // Within its first second a lease is not judged.
+  EXPECT_TRUE(pool.Reclaim(t0 + absl::Milliseconds(900)).empty());
+  std::vector<StagingPool::Reclaimed> reclaimed = pool.Reclaim(now);
+  ASSERT_EQ(reclaimed.size(), 2u);  // one per waiter, slowest first
+  EXPECT_EQ(reclaimed[0].id, rec.ids[1]);
+  EXPECT_EQ(reclaimed[1].id, rec.ids[2]);
+  for (const auto& r : reclaimed) r.Run();
+  EXPECT_THAT(rec.preempted[0].second,
+              HasSubstr("upload too slow: 50 bytes/s over 2s"));
+  EXPECT_THAT(rec.preempted[0].second, HasSubstr("2 other upload(s) waited"));
+  // Their buffers go to the waiters, in order, as the holders give them back.
+  rec.Release(pool, 1, now);
+  rec.Release(pool, 2, now);
+  EXPECT_THAT(rec.Order(), ElementsAre(0, 1, 2, 3, 4));
+  // The new holders are judged from their own grant.
+  EXPECT_TRUE(pool.Reclaim(now + absl::Milliseconds(999)).empty());
+}
+
+TEST(StagingPoolReclaimTest, AStalledUploadCountsTowardsTheWaiters) {
+  StagingPool pool(2, 4, TestPolicy());
+  Recorder rec;
+  rec.Acquire(pool, 0);
+  rec.Acquire(pool, 1);
+  rec.Acquire(pool, 2, t0 + absl::Seconds(10));             // waits
+  pool.Progress(rec.ids[1], 5000, t0 + absl::Seconds(10));  // 500 bytes/s
+  // Waiter 0 stalled; that frees a buffer for the one waiter, so the slow but
+  // moving waiter 1 keeps its own.
+  std::vector<StagingPool::Reclaimed> reclaimed =
+      pool.Reclaim(t0 + absl::Seconds(10));
+  ASSERT_EQ(reclaimed.size(), 1u);
+  EXPECT_EQ(reclaimed[0].id, rec.ids[0]);
 }
 
 }  // namespace

@@ -1,0 +1,261 @@
+// What a slow or stalled client can no longer do to the others, over real
+// loopback sockets with scripted clients: uploads that stall after their first
+// chunk or trickle do not keep the other updates of a round from being
+// received (StagingPool::Reclaim), and a client that reads its weights at a
+// trickle, or stops reading, holds only its own stream (README, "Slow
+// clients").
+
+#include <grpcpp/client_context.h>
+#include <grpcpp/create_channel.h>
+#include <grpcpp/security/credentials.h>
+#include <grpcpp/support/channel_arguments.h>
+#include <grpcpp/support/sync_stream.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "client/coordinator_client.h"
+#include "common/tensor_codec.h"
+#include "fedlearn/v1/coordinator.grpc.pb.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/coordinator_server.h"
+#include "server/run_controller.h"
+#include "tests/server/scripted_clients.h"
+
+namespace fedlearn {
+namespace {
+
+using ::fedlearn::testing::Header;
+using ::fedlearn::testing::NextTask;
+using ::fedlearn::testing::SmallRun;
+using ::testing::AnyOf;
+using ::testing::HasSubstr;
+
+constexpr int kSelected = 10;
+
+class SlowClientsTest : public ::testing::Test {
+ protected:
+  // Ten clients, all selected for round 1, tolerance 0.3 (quorum 7), the
+  // default two receive buffers, and a deadline far beyond anything a round
+  // at quorum takes here: a round that waits for the slow ones is abandoned
+  // there, and the test fails.
+  void Start(CoordinatorOptions o = SmallRun()) {
+    o.min_clients = kSelected;
+    o.clients_per_round = kSelected;
+    o.tolerance = 0.3;
+    o.max_rounds = 2;
+    o.round_timeout = absl::Seconds(40);
+    channel_ = testing::StartCoordinator(o, &server_);
+    ASSERT_NE(channel_, nullptr);
+    stub_ = v1::Coordinator::NewStub(channel_);
+    for (int i = 0; i < kSelected; ++i) {
+      clients_.push_back(std::make_unique<CoordinatorClient>(channel_));
+      ASSERT_TRUE(clients_.back()->Join(v1::JoinRequest()).ok());
+    }
+  }
+
+  // The push messages of `client`: its header for round 1, then `delta` in
+  // 64 KiB chunks.
+  std::vector<v1::PushGradientRequest> Messages(
+      const CoordinatorClient& client, const std::vector<float>& delta) {
+    std::vector<v1::PushGradientRequest> messages(1);
+    *messages[0].mutable_header() = Header(1, 100, 1.0);
+    messages[0].mutable_header()->set_client_id(client.client_id());
+    ChunkWriter writer(client.spec(), delta, 64 << 10);
+    v1::PushGradientRequest m;
+    while (writer.Next(m.mutable_chunk())) messages.push_back(m);
+    return messages;
+  }
+
+  void Authorize(const CoordinatorClient& client,
+                 grpc::ClientContext* context) {
+    context->AddMetadata("authorization",
+                         absl::StrCat("Bearer ", client.session_token()));
+  }
+
+  // Pushes `client`'s update one message at a time, `pause` after each
+  // chunk, but sends only the header and `max_chunks` chunks; then waits,
+  // silent and without closing its side, for the coordinator to end the call.
+  // Returns the push's status.
+  grpc::Status SlowPush(const CoordinatorClient& client, absl::Duration pause,
+                        int max_chunks) {
+    grpc::ClientContext context;
+    Authorize(client, &context);
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+    v1::PushGradientResponse response;
+    auto writer = stub_->PushGradient(&context, &response);
+    const std::vector<v1::PushGradientRequest> messages =
+        Messages(client, std::vector<float>(client.spec().num_parameters, 1));
+    bool open = writer->Write(messages[0]);
+    for (int i = 1;
+         open && i <= max_chunks && i < static_cast<int>(messages.size());
+         ++i) {
+      open = writer->Write(messages[i]);
+      absl::SleepFor(pause);
+    }
+    return writer->Finish();  // no WritesDone: the stream stays open
+  }
+
+  std::unique_ptr<CoordinatorServer> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Coordinator::Stub> stub_;
+  std::vector<std::unique_ptr<CoordinatorClient>> clients_;
+};
+
+TEST_F(SlowClientsTest, StalledAndTricklingUploadsDoNotHoldTheRound) {
+  Start();
+  for (auto& c : clients_) {
+    ASSERT_EQ(NextTask(*c).task.type(), v1::TASK_TYPE_TRAIN);
+  }
+  const std::vector<float> before = *server_->controller().global_weights();
+  // Three of the ten go first and take both receive buffers (and the queue):
+  // two stall after their first chunk, one sends a 64 KiB chunk every 500 ms
+  // (128 KiB/s, below the default --min_upload_rate of 1 MiB/s).
+  std::vector<grpc::Status> slow(3);
+  std::vector<std::thread> slow_threads;
+  slow_threads.emplace_back(
+      [&] { slow[0] = SlowPush(*clients_[0], absl::ZeroDuration(), 1); });
+  slow_threads.emplace_back(
+      [&] { slow[1] = SlowPush(*clients_[1], absl::ZeroDuration(), 1); });
+  slow_threads.emplace_back(
+      [&] { slow[2] = SlowPush(*clients_[2], absl::Milliseconds(500), 1000); });
+  absl::SleepFor(absl::Milliseconds(300));  // let them take the buffers
+  // The seven others push whole updates of 0.5 at once.
+  std::vector<std::thread> fast;
+  std::atomic<int> accepted{0};
+  for (int i = 3; i < kSelected; ++i) {
+    fast.emplace_back([&, i] {
+      const std::vector<float> delta(clients_[i]->spec().num_parameters, 0.5f);
+      auto pushed = clients_[i]->PushUpdate(Header(1, 100, 1.0), delta);
+      EXPECT_TRUE(pushed.ok()) << pushed.status();
+      if (pushed.ok()) accepted.fetch_add(1);
+    });
+  }
+  for (std::thread& t : fast) t.join();
+  EXPECT_EQ(accepted.load(), 7);
+  for (std::thread& t : slow_threads) t.join();
+
+  // The round closed at quorum with the seven whole updates and nothing of
+  // the slow ones: every weight moved by exactly 0.5.
+  ASSERT_TRUE(server_->controller().AwaitHistory(1, testing::kWait));
+  const v1::GetStatusResponse status = server_->controller().GetStatus();
+  const v1::RoundRecord& round = status.history(0);
+  EXPECT_EQ(round.outcome(), "quorum");
+  EXPECT_EQ(round.responded(), 7);
+  EXPECT_GE(round.rejected().too_slow(), 1);
+  const std::vector<float> after = *server_->controller().global_weights();
+  for (size_t j = 0; j < after.size(); ++j) {
+    ASSERT_EQ(after[j], static_cast<float>(double{before[j]} + 0.5)) << j;
+  }
+  // Each slow push was cut off: preempted with a message saying why, or, if
+  // it still held no buffer, when the round closed.
+  for (const grpc::Status& s : slow) {
+    EXPECT_THAT(s.error_code(), AnyOf(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                      grpc::StatusCode::CANCELLED))
+        << s.error_message();
+    if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      EXPECT_THAT(s.error_message(), AnyOf(HasSubstr("upload too slow"),
+                                           HasSubstr("upload stalled")));
+      EXPECT_THAT(s.error_message(), HasSubstr("push it again"));
+    }
+  }
+}
+
+TEST_F(SlowClientsTest, AStalledUploadIsCutOffWhenNobodyWaits) {
+  CoordinatorOptions o = SmallRun();
+  o.stall_timeout = absl::Seconds(1);
+  Start(o);
+  ASSERT_EQ(NextTask(*clients_[0]).task.type(), v1::TASK_TYPE_TRAIN);
+  // Alone, with buffers to spare: only its own silence ends it.
+  const grpc::Status s = SlowPush(*clients_[0], absl::ZeroDuration(), 1);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << s.error_message();
+  EXPECT_THAT(s.error_message(),
+              HasSubstr(absl::StrCat("client ", clients_[0]->client_id(),
+                                     ": upload stalled: nothing received")));
+  // The buffer is free again, and the client may push its update after all.
+  const std::vector<float> delta(clients_[0]->spec().num_parameters, 0.25f);
+  EXPECT_TRUE(clients_[0]->PushUpdate(Header(1, 100, 1.0), delta).ok());
+  EXPECT_EQ(
+      server_->controller().GetStatus().current_round().rejected().too_slow(),
+      1);
+}
+
+TEST_F(SlowClientsTest, ATrickleOrStalledDownloadHoldsOnlyItsOwnStream) {
+  CoordinatorOptions o = SmallRun();
+  o.model = "mnist_cnn";  // 4.8 MB of weights: no buffer swallows them whole
+  o.stall_timeout = absl::Seconds(2);
+  Start(o);
+  // Clients 0 and 1 read their TRAIN weights one 64 KiB chunk a second until
+  // the round is over; client 2 reads the header, stops reading for twice
+  // --stall_timeout, then reads as fast as it can.
+  // Their own connection, whose receive window opens only as far as they
+  // read (no BDP probing, 64 KiB of lookahead): gRPC's defaults would take in
+  // the whole download on the client's side while the test sleeps.
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 10);
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  args.SetMaxReceiveMessageSize(4 << 20);
+  auto slow_stub = v1::Coordinator::NewStub(
+      grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", server_->port()),
+                                grpc::InsecureChannelCredentials(), args));
+  std::vector<grpc::Status> slow(3);
+  std::vector<int> chunks_read(3, 0);
+  std::atomic<bool> round_over{false};
+  std::vector<std::thread> slow_threads;
+  for (int i = 0; i < 3; ++i) {
+    slow_threads.emplace_back([&, i] {
+      grpc::ClientContext context;
+      Authorize(*clients_[i], &context);
+      context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+      v1::RequestUpdateRequest request;
+      request.set_client_id(clients_[i]->client_id());
+      auto reader = slow_stub->RequestUpdate(&context, request);
+      v1::TaskMessage message;
+      while ((i == 2 || !round_over.load()) && reader->Read(&message)) {
+        if (message.has_chunk()) ++chunks_read[i];
+        if (i == 2) {
+          if (message.has_task()) absl::SleepFor(absl::Seconds(4));
+        } else {
+          absl::SleepFor(absl::Seconds(1));
+        }
+      }
+      if (i != 2) context.TryCancel();
+      slow[i] = reader->Finish();
+    });
+  }
+  // The seven others download and push as usual, and close the round.
+  for (int i = 3; i < kSelected; ++i) {
+    CoordinatorClient& c = *clients_[i];
+    ASSERT_EQ(NextTask(c).task.type(), v1::TASK_TYPE_TRAIN);
+    const std::vector<float> delta(c.spec().num_parameters, 0.5f);
+    EXPECT_TRUE(c.PushUpdate(Header(1, 100, 1.0), delta).ok());
+  }
+  ASSERT_TRUE(server_->controller().AwaitHistory(1, testing::kWait));
+  EXPECT_EQ(server_->controller().GetStatus().history(0).outcome(), "quorum");
+  round_over = true;
+  for (std::thread& t : slow_threads) t.join();
+  // The trickling readers were still reading when the round closed, far from
+  // the weights' 74 chunks.
+  EXPECT_LT(chunks_read[0], 74);
+  EXPECT_LT(chunks_read[1], 74);
+  // The one that stopped reading was cut off after --stall_timeout: when it
+  // read again, what was buffered on its side was all it got.
+  EXPECT_LT(chunks_read[2], 74);
+  EXPECT_EQ(slow[2].error_code(), grpc::StatusCode::CANCELLED)
+      << slow[2].error_message();
+}
+
+}  // namespace
+}  // namespace fedlearn
