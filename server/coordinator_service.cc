@@ -459,10 +459,12 @@ grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(
 }
 
 grpc::ServerUnaryReactor* CoordinatorService::GetStatus(
-    grpc::CallbackServerContext* context,
-    const v1::GetStatusRequest* /*request*/, v1::GetStatusResponse* response) {
-  *response = controller_->GetStatus();
-  return FinishUnary(context, absl::OkStatus());
+    grpc::CallbackServerContext* context, const v1::GetStatusRequest* request,
+    v1::GetStatusResponse* response) {
+  absl::StatusOr<ClientPage> page = ParseClientPage(
+      request->client_page_size(), request->client_page_token());
+  if (page.ok()) *response = controller_->GetStatus(*page);
+  return FinishUnary(context, page.status());
 }
 
 }  // namespace fedlearn

@@ -8,6 +8,7 @@
 #include <thread>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/log.h"
@@ -69,22 +70,37 @@ void HttpServer::Impl::Routes() {
     server->Get(path, handler);
     if (path == "/index.html") server->Get("/", handler);
   }
-  server->Get("/api/status",
-              [this](const httplib::Request&, httplib::Response& res) {
-                google::protobuf::util::JsonPrintOptions options;
-                options.always_print_primitive_fields = true;
-                options.preserve_proto_field_names = true;
-                std::string json;
-                const auto status = google::protobuf::util::MessageToJsonString(
-                    controller->GetStatus(), &json, options);
-                if (!status.ok()) {
-                  res.status = 500;
-                  res.set_content(status.ToString(), "text/plain");
-                  return;
-                }
-                res.set_header("Cache-Control", "no-store");
-                res.set_content(json, kJson);
-              });
+  // GetStatus as JSON; ?client_page_size=N&client_page_token=T as in
+  // GetStatusRequest.
+  server->Get("/api/status", [this](const httplib::Request& req,
+                                    httplib::Response& res) {
+    int64_t size = 0;
+    if (req.has_param("client_page_size") &&
+        !absl::SimpleAtoi(req.get_param_value("client_page_size"), &size)) {
+      size = -1;
+    }
+    absl::StatusOr<ClientPage> page =
+        ParseClientPage(size, req.get_param_value("client_page_token"));
+    if (!page.ok()) {
+      res.status = 400;
+      res.set_content(absl::StrCat(page.status().message(), "\n"),
+                      "text/plain");
+      return;
+    }
+    google::protobuf::util::JsonPrintOptions options;
+    options.always_print_primitive_fields = true;
+    options.preserve_proto_field_names = true;
+    std::string json;
+    const auto status = google::protobuf::util::MessageToJsonString(
+        controller->GetStatus(*page), &json, options);
+    if (!status.ok()) {
+      res.status = 500;
+      res.set_content(status.ToString(), "text/plain");
+      return;
+    }
+    res.set_header("Cache-Control", "no-store");
+    res.set_content(json, kJson);
+  });
   server->Get("/api/parameters",
               [this](const httplib::Request&, httplib::Response& res) {
                 res.set_header("Cache-Control", "no-store");
@@ -134,7 +150,9 @@ void HttpServer::Impl::Routes() {
   server->Get(
       "/metrics", [this](const httplib::Request&, httplib::Response& res) {
         RunCounters counters;
-        const v1::GetStatusResponse status = controller->GetStatus(&counters);
+        // Counts only: no client is listed.
+        const v1::GetStatusResponse status =
+            controller->GetStatus({/*offset=*/0, /*size=*/0}, &counters);
         res.set_content(RenderPrometheus(status, counters),
                         "text/plain; version=0.0.4; charset=utf-8");
       });

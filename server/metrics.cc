@@ -148,12 +148,15 @@ std::string RenderPrometheus(const v1::GetStatusResponse& status,
 
   e.Single("fedlearn_clients_joined_total", "counter",
            "Clients that joined the run.",
-           static_cast<double>(status.clients_size()));
+           static_cast<double>(status.client_counts().joined()));
   e.Family("fedlearn_clients", "gauge", "Joined clients by state.");
-  for (const char* state : {"ready", "training", "evaluating", "gone"}) {
-    const auto n = std::count_if(
-        status.clients().begin(), status.clients().end(),
-        [state](const v1::ClientInfo& c) { return c.state() == state; });
+  const v1::ClientCounts& counts = status.client_counts();
+  for (const auto& [state, n] :
+       std::initializer_list<std::pair<const char*, int32_t>>{
+           {"ready", counts.ready()},
+           {"training", counts.training()},
+           {"evaluating", counts.evaluating()},
+           {"gone", counts.gone()}}) {
     e.Sample("fedlearn_clients", absl::StrCat("state=\"", state, "\""),
              static_cast<double>(n));
   }

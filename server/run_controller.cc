@@ -4,6 +4,7 @@
 #include <cmath>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/log.h"
@@ -749,7 +750,27 @@ absl::StatusOr<v1::HeartbeatResponse> RunController::Heartbeat(
   return response;
 }
 
-v1::GetStatusResponse RunController::GetStatus(RunCounters* counters) const {
+absl::StatusOr<ClientPage> ParseClientPage(int64_t size,
+                                           absl::string_view token) {
+  static constexpr int kDefault = 100;
+  static constexpr int kMax = 1000;
+  if (size < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("client_page_size ", size, " is negative"));
+  }
+  ClientPage page;
+  page.size =
+      size == 0 ? kDefault : static_cast<int>(std::min<int64_t>(size, kMax));
+  if (!token.empty() && (!absl::SimpleAtoi(token, &page.offset) ||
+                         absl::StrCat(page.offset) != token)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "client_page_token \"", token, "\" is not one a status reply gave"));
+  }
+  return page;
+}
+
+v1::GetStatusResponse RunController::GetStatus(const ClientPage& page,
+                                               RunCounters* counters) const {
   v1::GetStatusResponse status;
   status.set_run_id(run_id_);
   *status.mutable_model() = spec_proto_;
@@ -794,21 +815,36 @@ v1::GetStatusResponse RunController::GetStatus(RunCounters* counters) const {
   status.set_bytes_received(history_.bytes_received());
   status.set_bytes_sent(history_.bytes_sent());
   if (counters != nullptr) *counters = history_.counters();
-  for (const auto& client : clients_.clients()) {
-    const Client& c = *client;
-    v1::ClientInfo* info = status.add_clients();
-    info->set_client_id(c.id);
-    info->set_display_name(c.display_name);
-    std::string state = "ready";
+  // Every client is counted; only the page's are listed.
+  const std::vector<std::unique_ptr<Client>>& all = clients_.clients();
+  v1::ClientCounts* counts = status.mutable_client_counts();
+  counts->set_joined(static_cast<int32_t>(all.size()));
+  const size_t page_end =
+      std::min(all.size(), page.offset + static_cast<size_t>(page.size));
+  if (page_end < all.size()) {
+    status.set_next_client_page_token(absl::StrCat(page_end));
+  }
+  for (size_t i = 0; i < all.size(); ++i) {
+    const Client& c = *all[i];
+    absl::string_view state = "ready";
     if (!clients_.IsAlive(c, now)) {
       state = "gone";
+      counts->set_gone(counts->gone() + 1);
     } else if (evaluating != nullptr && evaluating->IsSelected(c.id) &&
                !evaluating->HasAnswered(c.id)) {
       state = "evaluating";
+      counts->set_evaluating(counts->evaluating() + 1);
     } else if (phase_ == v1::PHASE_TRAINING && scheduler_->IsTraining(c.id)) {
       state = "training";
+      counts->set_training(counts->training() + 1);
+    } else {
+      counts->set_ready(counts->ready() + 1);
     }
-    info->set_state(state);
+    if (i < page.offset || i >= page_end) continue;
+    v1::ClientInfo* info = status.add_clients();
+    info->set_client_id(c.id);
+    info->set_display_name(c.display_name);
+    info->set_state(std::string(state));
     info->set_last_seen_ms_ago(absl::ToInt64Milliseconds(now - c.last_seen));
     info->set_rounds_contributed(c.rounds_contributed);
     info->set_batches_done(c.batches_done);

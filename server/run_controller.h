@@ -33,6 +33,18 @@
 
 namespace fedlearn {
 
+// Which clients a status lists: `size` of them in join order from `offset`.
+struct ClientPage {
+  size_t offset = 0;
+  int size = 100;
+};
+
+// The page a GetStatusRequest asks for: a size of 0 is 100, above 1000 is
+// 1000; the token is one a status gave (next_client_page_token).
+// INVALID_ARGUMENT for a negative size or a token no status gave.
+absl::StatusOr<ClientPage> ParseClientPage(int64_t size,
+                                           absl::string_view token);
+
 // Runs one federated training run: owns the one mutex, the phase machine
 //   WAITING_FOR_CLIENTS -> TRAINING -> ... -> EVALUATING -> DONE,
 // the deadline timer and the global model and its version; asks its parts for
@@ -142,9 +154,11 @@ class RunController {
   absl::StatusOr<v1::HeartbeatResponse> Heartbeat(
       const v1::HeartbeatRequest& request);
 
-  // The run as GetStatus reports it. With `counters`, also the run's counters
-  // of the same moment (one lock), for /metrics.
-  v1::GetStatusResponse GetStatus(RunCounters* counters = nullptr) const;
+  // The run as GetStatus reports it, listing the clients of `page` (and
+  // counting every one). With `counters`, also the run's counters of the same
+  // moment (one lock), for /metrics.
+  v1::GetStatusResponse GetStatus(const ClientPage& page = ClientPage(),
+                                  RunCounters* counters = nullptr) const;
 
   // The current global weights; with `rounds`, also the number of model
   // versions made (rounds folded into them).

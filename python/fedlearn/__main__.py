@@ -49,11 +49,11 @@ def render_status(status: Any, last: int = 8) -> str:
         p = status.privacy
         lines.append(f"privacy: epsilon {p.epsilon:.4g} at delta {p.delta:g} after "
                      f"{p.rounds} rounds (z {p.noise_multiplier:g}, C {p.clip_norm:.4g})")
-    states: dict = {}
-    for c in status.clients:
-        states[c.state] = states.get(c.state, 0) + 1
-    lines.append(f"clients {len(status.clients)}: " +
-                 ", ".join(f"{n} {s}" for s, n in sorted(states.items())))
+    counts = status.client_counts  # every client; status.clients is one page
+    states = [(name, getattr(counts, name))
+              for name in ("evaluating", "gone", "ready", "training")]
+    lines.append(f"clients {counts.joined}: " +
+                 ", ".join(f"{n} {s}" for s, n in states if n))
     if status.HasField("final_evaluation"):
         e = status.final_evaluation
         lines.append(f"final test accuracy {100 * e.test_accuracy:.2f}% (loss "

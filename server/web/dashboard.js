@@ -491,14 +491,16 @@
   }
 
   function renderCards(status) {
-    const clients = status.clients || [];
     const history = status.history || [];
-    const alive = clients.filter(c => c.state !== 'gone');
-    setText('clients-joined', String(clients.length));
-    setText('clients-joined-sub', clients.length - alive.length ? (clients.length - alive.length) + ' gone' : '');
-    setText('clients-alive', String(alive.length));
-    const busy = alive.filter(c => c.state === 'training' || c.state === 'evaluating').length;
-    setText('clients-alive-sub', busy + ' busy · ' + (alive.length - busy) + ' idle');
+    // Counts of every client; the list is one page of them.
+    const counts = status.client_counts || {};
+    const joined = num(counts.joined);
+    const gone = num(counts.gone);
+    const busy = num(counts.training) + num(counts.evaluating);
+    setText('clients-joined', fmtInt(joined));
+    setText('clients-joined-sub', gone ? fmtInt(gone) + ' gone' : '');
+    setText('clients-alive', fmtInt(joined - gone));
+    setText('clients-alive-sub', fmtInt(busy) + ' busy · ' + fmtInt(num(counts.ready)) + ' idle');
 
     const open = status.current_round && typeof status.current_round === 'object' ? status.current_round : null;
     const rec = open || (history.length ? history[history.length - 1] : null);
@@ -682,9 +684,20 @@
       if (!seen.has(id)) { row.tr.remove(); clientRows.delete(id); }
     }
     $('clients-empty').hidden = clients.length > 0;
-    const counts = {};
-    for (const c of clients) counts[c.state] = (counts[c.state] || 0) + 1;
-    setText('clients-summary', Object.keys(counts).sort().map(k => counts[k] + ' ' + k).join(' · '));
+    const counts = status.client_counts || {};
+    setText('clients-summary', ['evaluating', 'gone', 'ready', 'training']
+      .filter(k => num(counts[k]) > 0).map(k => fmtInt(num(counts[k])) + ' ' + k).join(' · '));
+    // The pager: the page tokens seen so far, the first page's being empty.
+    const next = String(status.next_client_page_token || '');
+    clientPages.length = clientPage + 1;
+    if (next) clientPages.push(next);
+    const first = clientPage === 0 ? 0 : Number(clientPages[clientPage]);
+    $('clients-pager').hidden = clientPage === 0 && !next;
+    $('clients-prev').disabled = clientPage === 0;
+    $('clients-next').disabled = !next;
+    setText('clients-page', clients.length
+      ? 'clients ' + fmtInt(first + 1) + '–' + fmtInt(first + clients.length) + ' of ' + fmtInt(num(counts.joined))
+      : '');
 
     // The gradient queue: latest update norm of every client that has pushed one (none
     // under central DP, which does not show a client's own norm).
@@ -850,7 +863,7 @@
       const started = Date.now();
       let data = null;
       try {
-        data = await fetchJson(url);
+        data = await fetchJson(typeof url === 'function' ? url() : url);
         errors[key] = null;
       } catch (e) {
         errors[key] = e && e.name === 'AbortError' ? 'timed out' : String(e && e.message || e);
@@ -868,8 +881,21 @@
     tick();
   }
 
+  // Which page of the client list the status polls ask for (GetStatusRequest's
+  // client_page_token): clientPages[clientPage].
+  const clientPages = [''];
+  let clientPage = 0;
+  function statusUrl() {
+    const token = clientPages[clientPage];
+    return 'api/status' + (token ? '?client_page_token=' + encodeURIComponent(token) : '');
+  }
+
   function start() {
-    poll('status', 'api/status', STATUS_PERIOD_MS, s => {
+    $('clients-prev').addEventListener('click', () => { if (clientPage > 0) clientPage--; });
+    $('clients-next').addEventListener('click', () => {
+      if (clientPage + 1 < clientPages.length) clientPage++;
+    });
+    poll('status', statusUrl, STATUS_PERIOD_MS, s => {
       lastStatus = s;
       renderStatus(s);
       setText('updated-at', 'updated ' + new Date().toLocaleTimeString());

@@ -674,6 +674,66 @@ TEST_F(CoordinatorServiceTest, EvaluationIsWeightedByTestSizeWithTolerance) {
   EXPECT_EQ(NextTask(*clients[3]).task.type(), v1::TASK_TYPE_DONE);
 }
 
+// GetStatus lists the clients a page at a time (100 by default, at most
+// 1000), in join order, and counts every one of them.
+TEST_F(CoordinatorServiceTest, GetStatusPagesTheClientListAndCountsThemAll) {
+  CoordinatorOptions o = SmallRun();
+  o.min_clients = 1000;  // nobody trains: all 250 stay ready
+  Start(o);
+  auto clients = JoinAll(250);
+  auto stub = v1::Coordinator::NewStub(channel_);
+  auto get = [&](int size, const std::string& token,
+                 v1::GetStatusResponse* reply) {
+    grpc::ClientContext context;
+    v1::GetStatusRequest request;
+    request.set_client_page_size(size);
+    request.set_client_page_token(token);
+    return stub->GetStatus(&context, request, reply);
+  };
+  v1::GetStatusResponse reply;
+  ASSERT_TRUE(get(0, "", &reply).ok());
+  EXPECT_EQ(reply.clients_size(), 100);
+  EXPECT_EQ(reply.clients(0).client_id(), clients[0]->client_id());
+  EXPECT_EQ(reply.client_counts().joined(), 250);
+  EXPECT_EQ(reply.client_counts().ready(), 250);
+  EXPECT_FALSE(reply.next_client_page_token().empty());
+
+  // Pages of 120 cover every client once, in join order.
+  std::vector<std::string> seen;
+  std::string token;
+  int pages = 0;
+  do {
+    ASSERT_TRUE(get(120, token, &reply).ok());
+    for (const v1::ClientInfo& c : reply.clients())
+      seen.push_back(c.client_id());
+    token = reply.next_client_page_token();
+    ++pages;
+  } while (!token.empty() && pages < 10);
+  EXPECT_EQ(pages, 3);
+  ASSERT_EQ(seen.size(), 250u);
+  for (size_t i = 0; i < seen.size(); ++i) {
+    EXPECT_EQ(seen[i], clients[i]->client_id()) << i;
+  }
+  // Above the maximum, a page holds 1000.
+  ASSERT_TRUE(get(5000, "", &reply).ok());
+  EXPECT_EQ(reply.clients_size(), 250);
+  EXPECT_TRUE(reply.next_client_page_token().empty());
+
+  grpc::Status bad = get(-1, "", &reply);
+  EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(bad.error_message(), HasSubstr("client_page_size -1"));
+  for (const char* token : {"abc", "-5", "007", "1e3"}) {
+    bad = get(10, token, &reply);
+    EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << token;
+    EXPECT_THAT(bad.error_message(),
+                HasSubstr("is not one a status reply gave"));
+  }
+  // A token past the end is an empty last page.
+  ASSERT_TRUE(get(10, "100000", &reply).ok());
+  EXPECT_EQ(reply.clients_size(), 0);
+  EXPECT_EQ(reply.client_counts().joined(), 250);
+}
+
 TEST_F(CoordinatorServiceTest, TokensAreCheckedOnEveryCall) {
   CoordinatorOptions o = SmallRun();
   o.join_token = "s3cret";

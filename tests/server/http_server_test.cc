@@ -181,6 +181,29 @@ TEST_F(HttpServerTest, ApiStatusIsGetStatusAsJson) {
   // Three rounds and one evaluation, each sent to three clients.
   EXPECT_EQ(parsed.bytes_sent(), 4 * 3 * model_bytes);
   EXPECT_EQ(parsed.history(0).bytes_sent(), 3 * model_bytes);
+
+  // The client list is paged as GetStatus pages it; the counts cover all.
+  auto page = Get("/api/status?client_page_size=2");
+  ASSERT_TRUE(page);
+  ASSERT_EQ(page->status, 200);
+  ASSERT_TRUE(
+      google::protobuf::util::JsonStringToMessage(page->body, &parsed).ok());
+  EXPECT_EQ(parsed.clients_size(), 2);
+  EXPECT_EQ(parsed.client_counts().joined(), 3);
+  EXPECT_EQ(parsed.next_client_page_token(), "2");
+  page = Get("/api/status?client_page_size=2&client_page_token=2");
+  ASSERT_TRUE(page);
+  ASSERT_TRUE(
+      google::protobuf::util::JsonStringToMessage(page->body, &parsed).ok());
+  ASSERT_EQ(parsed.clients_size(), 1);
+  EXPECT_EQ(parsed.clients(0).client_id(), clients_[2]->client_id());
+  EXPECT_EQ(parsed.next_client_page_token(), "");
+  for (const char* bad : {"/api/status?client_page_size=x",
+                          "/api/status?client_page_token=nope"}) {
+    page = Get(bad);
+    ASSERT_TRUE(page);
+    EXPECT_EQ(page->status, 400) << bad;
+  }
 }
 
 TEST_F(HttpServerTest, OpenRoundIsReportedWhileItRuns) {

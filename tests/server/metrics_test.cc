@@ -74,10 +74,12 @@ v1::GetStatusResponse TrainingStatus() {
   v1::RoundRecord open = Round(3, "open", 0);
   open.set_responded(1);
   *s.mutable_current_round() = open;
-  for (const char* state : {"ready", "training", "training", "gone"}) {
-    v1::ClientInfo* c = s.add_clients();
-    c->set_state(state);
-  }
+  // Counted over every client; the listed page (here none) does not matter.
+  v1::ClientCounts* counts = s.mutable_client_counts();
+  counts->set_joined(4);
+  counts->set_ready(1);
+  counts->set_training(2);
+  counts->set_gone(1);
   s.set_bytes_received(3600);
   s.set_bytes_sent(10800);
   return s;
