@@ -26,8 +26,9 @@ esac
 
 packages=(
   "${build_packages[@]}"
-  # the clang build (-Wthread-safety) and formatting
-  clang clang-format
+  # the clang build (-Wthread-safety), the sanitizer build and fuzzers (AddressSanitizer,
+  # UndefinedBehaviorSanitizer and libFuzzer runtimes), and formatting
+  clang libclang-rt-14-dev clang-format
   # tools the scripts and tests call (npm for scripts/fetch-data.sh comes with
   # NodeSource's nodejs, which conflicts with Debian's npm package: fetch-data.sh
   # installs Debian's npm itself when there is no npm command)

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Configures and builds the sanitizer build: clang with AddressSanitizer and
+# UndefinedBehaviorSanitizer (halting on the first report), libFuzzer's coverage
+# instrumentation, and -Werror=thread-safety, into build-asan/ (or $ASAN_BUILD_DIR):
+# the whole test suite, and the fuzz targets as libFuzzer binaries.
+#   scripts/sanitize-build.sh [ninja targets...]
+# Used by scripts/test-sanitizers.sh and scripts/fuzz.sh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+build_dir="${ASAN_BUILD_DIR:-build-asan}"
+flags="-fsanitize=address,undefined,fuzzer-no-link -fno-sanitize-recover=undefined"
+flags+=" -fno-omit-frame-pointer -g1 -Werror=thread-safety"
+CXX=clang++ cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DFEDLEARN_FUZZ=ON -DFEDLEARN_BUILD_BENCHMARKS=OFF \
+  -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
+  >/dev/null
+ninja -C "$build_dir" "$@"
