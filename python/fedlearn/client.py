@@ -22,6 +22,7 @@ on DONE.
 from __future__ import annotations
 
 import dataclasses
+import os
 import random
 import threading
 import time
@@ -127,6 +128,10 @@ class Client:
       chunk_bytes: payload bytes per pushed chunk (at most 1 MiB).
       on_join: called with the ``JoinResponse`` after every join (its ``model`` is the
         spec); may raise to refuse the model.
+      session_file: where the client keeps its id and session token (mode 0600). A
+        client restarted after a crash presents them at its first join, and the
+        coordinator retires its old identity at once rather than counting it alive,
+        and sampling it, until its client timeout (README, "Alive, ready, retired").
     """
 
     def __init__(self, coordinator: str, fit: FitFn,
@@ -136,7 +141,8 @@ class Client:
                  num_test_examples: int = 0, tls: Optional[TlsConfig] = None,
                  max_backoff: float = 10.0, reconnect_timeout: float = 120.0,
                  poll_wait: float = 30.0, chunk_bytes: int = MAX_CHUNK_BYTES,
-                 on_join: Optional[Callable[[Any], None]] = None):
+                 on_join: Optional[Callable[[Any], None]] = None,
+                 session_file: Optional[str] = None):
         if returns not in ("weights", "delta"):
             raise ValueError(f"returns must be 'weights' or 'delta', not {returns!r}")
         if update_encoding not in ("dense", "int8"):
@@ -156,6 +162,7 @@ class Client:
         self._poll_wait = poll_wait
         self._chunk_bytes = chunk_bytes
         self._on_join = on_join
+        self._session_file = session_file
         self._channel = make_channel(coordinator, tls)
         self._stub = pb2_grpc.CoordinatorStub(self._channel)
         self._stopping = threading.Event()
@@ -242,8 +249,34 @@ class Client:
         if self._stopping.wait(seconds):
             raise FedlearnError("stopped", self._grpc.StatusCode.CANCELLED)
 
+    def _read_session(self) -> None:
+        """Puts the identity in the session file, if any, into the join request."""
+        if self._session_file is None:
+            return
+        try:
+            with open(self._session_file, encoding="utf-8") as f:
+                lines = f.read().split()
+        except OSError:
+            return
+        if len(lines) == 2:
+            self._join_request.previous_client_id = lines[0]
+            self._join_request.previous_session_token = lines[1]
+
+    def _write_session(self) -> None:
+        """Keeps the identity just joined as in the session file, atomically."""
+        if self._session_file is None:
+            return
+        temp = f"{self._session_file}.tmp.{os.getpid()}"
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(f"{self.joined.client_id}\n{self.joined.session_token}\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temp, self._session_file)
+
     def _join(self) -> None:
         grpc = self._grpc
+        self._read_session()
         while True:
             try:
                 self.joined = self._stub.Join(self._join_request, timeout=30)
@@ -256,6 +289,7 @@ class Client:
                 raise from_rpc_error(e, "Join") from None
         self._failures = 0
         self._failing_since = None
+        self._write_session()
         self.summary.joins += 1
         if self._on_join is not None:
             self._on_join(self.joined)

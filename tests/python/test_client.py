@@ -132,6 +132,33 @@ class ClientTest(unittest.TestCase):
             client.run()
         self.assertEqual(e.exception.code, grpc.StatusCode.UNAVAILABLE)
 
+    def test_a_restarted_client_retires_the_identity_in_its_session_file(self):
+        # A client "crashes" after joining (it just stops, holding nothing open); the
+        # one restarted with the same session file retires it at once: the old id is
+        # gone, not alive for its client timeout, and its calls are told why.
+        session = os.path.join(tempfile.mkdtemp(), "agent.session")
+        with Coordinator("--model=mlp_2nn", "--min_clients=5") as c:
+            first = fedlearn.Client(c.address, lambda w, p: (w, 1, {}),
+                                    session_file=session)
+            first._join()
+            self.assertEqual(os.stat(session).st_mode & 0o777, 0o600)
+            with open(session, encoding="utf-8") as f:
+                self.assertEqual(f.read().split(),
+                                 [first.joined.client_id, first.joined.session_token])
+            second = fedlearn.Client(c.address, lambda w, p: (w, 1, {}),
+                                     session_file=session)
+            second._join()
+            self.assertEqual(second.joined.retired_client_id, first.joined.client_id)
+            status = get_status(c.address)
+            states = {x.client_id: x.state for x in status.clients}
+            self.assertEqual(states[first.joined.client_id], "gone")
+            self.assertEqual(states[second.joined.client_id], "ready")
+            with self.assertRaises(grpc.RpcError) as e:
+                first._poll()
+            self.assertEqual(e.exception.code(), grpc.StatusCode.NOT_FOUND)
+            self.assertIn(f"joined again as {second.joined.client_id}",
+                          e.exception.details())
+
     def test_tls_and_mutual_tls(self):
         certs = tempfile.mkdtemp()
         subprocess.run(["bash", os.path.join(os.environ["FEDLEARN_SOURCE_DIR"], "tests",
