@@ -16,9 +16,17 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "common/model_spec.h"
+#include "google/protobuf/stubs/logging.h"
 #include "server/state_store.h"
 
 namespace fedlearn::fuzz {
+
+// Protobuf logs every string field with invalid UTF-8 it parses; mutated inputs
+// are full of them, and the log would cost more than the parse.
+inline const bool kProtobufQuiet = [] {
+  google::protobuf::SetLogHandler(nullptr);
+  return true;
+}();
 
 // 26 floats in four tensors: big enough for every path of the codecs, small
 // enough for a million executions a minute.
