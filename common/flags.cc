@@ -37,8 +37,7 @@ bool IsFedlearnFlagFile(absl::string_view path) {
   return absl::StrContains(path, "server/") ||
          absl::StrContains(path, "client/") ||
          absl::StrContains(path, "common/") ||
-         absl::StrContains(path, "bench/") ||
-         absl::StrContains(path, "fuzz/");
+         absl::StrContains(path, "bench/") || absl::StrContains(path, "fuzz/");
 }
 
 void SetUsage(const char* usage) {
