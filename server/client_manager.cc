@@ -118,6 +118,12 @@ std::vector<std::string> ClientManager::Ready(absl::Time now) const {
   return ready;
 }
 
+int ClientManager::CountReady(absl::Time now) const {
+  int ready = 0;
+  for (const auto& client : clients_) ready += IsReady(*client, now) ? 1 : 0;
+  return ready;
+}
+
 int ClientManager::CountAlive(absl::Time now) const {
   int alive = 0;
   for (const auto& client : clients_) alive += IsAlive(*client, now) ? 1 : 0;

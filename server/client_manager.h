@@ -92,8 +92,9 @@ class ClientManager {
   bool IsAlive(const Client& client, absl::Time now) const;
   int CountAlive(absl::Time now) const;
   bool IsReady(const Client& client, absl::Time now) const;
-  // Ids of the clients ready at `now`, in join order.
+  // Ids of the clients ready at `now`, in join order, and how many that is.
   std::vector<std::string> Ready(absl::Time now) const;
+  int CountReady(absl::Time now) const;
 
   // `n` of `candidates` (ids of joined clients), drawn without replacement
   // from the seeded sampler: a partial Fisher-Yates shuffle over the

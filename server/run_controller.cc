@@ -455,15 +455,16 @@ void RunController::MaybeStartLocked(absl::Time now, Effects* effects) {
   // Rounds sample the ready clients only: a client that joined again under a
   // new id, hung up its poll or missed its heartbeats is not asked, so a
   // round is not left waiting for the dead.
-  std::vector<std::string> ready = clients_.Ready(now);
-  const int num_ready = static_cast<int>(ready.size());
+  // A count first: async mode reopens after every version and samples
+  // nobody, so it never builds the list.
+  const int num_ready = clients_.CountReady(now);
   const std::optional<int> wanted = scheduler_->WantClients(num_ready);
   if (!wanted.has_value()) {
     phase_ = v1::PHASE_WAITING_FOR_CLIENTS;
     return;
   }
   std::vector<std::string> sampled;
-  if (*wanted > 0) sampled = clients_.Sample(std::move(ready), *wanted);
+  if (*wanted > 0) sampled = clients_.Sample(clients_.Ready(now), *wanted);
   if (std::optional<std::string> refused =
           privacy_.Open(static_cast<int>(sampled.size()), num_ready)) {
     // A round that would take epsilon past the budget is never opened.

@@ -86,6 +86,8 @@ TEST(ClientManagerTest, ReadyListsClientsInJoinOrder) {
   EXPECT_THAT(clients.Ready(t0 + absl::Seconds(5)),
               ElementsAre("client-1", "client-2", "client-3"));
   EXPECT_THAT(clients.Ready(t0 + absl::Seconds(15)), ElementsAre("client-2"));
+  EXPECT_EQ(clients.CountReady(t0 + absl::Seconds(5)), 3);
+  EXPECT_EQ(clients.CountReady(t0 + absl::Seconds(15)), 1);
   EXPECT_EQ(clients.CountAlive(t0 + absl::Seconds(5)), 3);
   EXPECT_EQ(clients.CountAlive(t0 + absl::Seconds(25)), 1);
 }
