@@ -1,6 +1,7 @@
 #include "server/client_manager.h"
 
 #include <algorithm>
+#include <limits>
 #include <sstream>
 #include <tuple>
 #include <utility>
@@ -21,6 +22,7 @@ absl::StatusOr<const Client*> ClientManager::Register(
         "coordinator has its maximum of ", options_.max_clients, " clients"));
   }
   auto client = std::make_unique<Client>();
+  client->index = clients_.size();
   client->id = absl::StrCat("client-", clients_.size() + 1);
   client->token = RandomHex(16);
   client->display_name = std::string(display_name);
@@ -29,6 +31,7 @@ absl::StatusOr<const Client*> ClientManager::Register(
   by_id_[c->id] = c;
   by_token_[c->token] = c;
   clients_.push_back(std::move(client));
+  Index(c);
   return c;
 }
 
@@ -52,8 +55,7 @@ absl::Status ClientManager::Authorize(absl::string_view client_id,
                                             client.replaced_by));
   }
   if (SecretEquals(token, client.token)) {
-    client.last_seen = now;
-    client.hung_up = false;
+    Seen(&client, now);
     return absl::OkStatus();
   }
   if (by_token_.contains(token)) {
@@ -73,7 +75,9 @@ bool ClientManager::Retire(absl::string_view previous_id,
       !SecretEquals(token, previous.token)) {
     return false;
   }
+  Unindex(&previous);
   previous.replaced_by = successor.id;
+  Index(&previous);
   return true;
 }
 
@@ -96,6 +100,36 @@ const Client* ClientManager::FindByToken(absl::string_view token) const {
   return it == by_token_.end() ? nullptr : it->second;
 }
 
+void ClientManager::Unindex(Client* client) {
+  polling_.erase(client->index);
+  idle_ready_.erase({client->last_seen, client->index});
+  idle_alive_.erase({client->last_seen, client->index});
+}
+
+void ClientManager::Index(Client* client) {
+  if (!client->replaced_by.empty()) return;
+  if (client->active_polls > 0) {
+    polling_.insert(client->index);
+    return;
+  }
+  idle_alive_.insert({client->last_seen, client->index});
+  if (!client->hung_up) idle_ready_.insert({client->last_seen, client->index});
+}
+
+void ClientManager::Prune(ByTime* set, absl::Time now, absl::Duration window) {
+  // An entry is in its window while now - last_seen < window.
+  set->erase(
+      set->begin(),
+      set->upper_bound({now - window, std::numeric_limits<size_t>::max()}));
+}
+
+void ClientManager::Seen(Client* client, absl::Time now) {
+  Unindex(client);
+  client->last_seen = std::max(client->last_seen, now);
+  client->hung_up = false;
+  Index(client);
+}
+
 bool ClientManager::IsAlive(const Client& client, absl::Time now) const {
   if (!client.replaced_by.empty()) return false;
   return client.active_polls > 0 ||
@@ -110,24 +144,25 @@ bool ClientManager::IsReady(const Client& client, absl::Time now) const {
              std::min(options_.ready_window, options_.client_timeout);
 }
 
-std::vector<std::string> ClientManager::Ready(absl::Time now) const {
-  std::vector<std::string> ready;
-  for (const auto& client : clients_) {
-    if (IsReady(*client, now)) ready.push_back(client->id);
-  }
-  return ready;
+std::vector<std::string> ClientManager::Ready(absl::Time now) {
+  Prune(&idle_ready_, now, ready_window());
+  std::vector<size_t> ready(polling_.begin(), polling_.end());
+  for (const auto& [seen, index] : idle_ready_) ready.push_back(index);
+  std::sort(ready.begin(), ready.end());
+  std::vector<std::string> ids;
+  ids.reserve(ready.size());
+  for (size_t index : ready) ids.push_back(clients_[index]->id);
+  return ids;
 }
 
-int ClientManager::CountReady(absl::Time now) const {
-  int ready = 0;
-  for (const auto& client : clients_) ready += IsReady(*client, now) ? 1 : 0;
-  return ready;
+int ClientManager::CountReady(absl::Time now) {
+  Prune(&idle_ready_, now, ready_window());
+  return static_cast<int>(polling_.size() + idle_ready_.size());
 }
 
-int ClientManager::CountAlive(absl::Time now) const {
-  int alive = 0;
-  for (const auto& client : clients_) alive += IsAlive(*client, now) ? 1 : 0;
-  return alive;
+int ClientManager::CountAlive(absl::Time now) {
+  Prune(&idle_alive_, now, options_.client_timeout);
+  return static_cast<int>(polling_.size() + idle_alive_.size());
 }
 
 std::vector<std::string> ClientManager::Sample(
@@ -149,16 +184,24 @@ std::vector<std::string> ClientManager::Sample(
   return candidates;
 }
 
-void ClientManager::PollStarted(Client* client) { ++client->active_polls; }
+void ClientManager::PollStarted(Client* client) {
+  Unindex(client);
+  ++client->active_polls;
+  Index(client);
+}
 
 void ClientManager::PollAnswered(Client* client, absl::Time now) {
+  Unindex(client);
   --client->active_polls;
-  client->last_seen = now;
+  client->last_seen = std::max(client->last_seen, now);
+  Index(client);
 }
 
 void ClientManager::PollCancelled(Client* client) {
+  Unindex(client);
   --client->active_polls;
   client->hung_up = client->active_polls == 0;
+  Index(client);
 }
 
 std::string ClientManager::SamplerState() const {

@@ -1,13 +1,17 @@
 #ifndef FEDLEARN_SERVER_CLIENT_MANAGER_H_
 #define FEDLEARN_SERVER_CLIENT_MANAGER_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -16,8 +20,11 @@
 namespace fedlearn {
 
 // What the coordinator knows of one client.
+// The liveness fields (last_seen, active_polls, hung_up, replaced_by) change
+// only through ClientManager, which keeps its ready and alive counts with them.
 struct Client {
-  std::string id;  // "client-N", N its place in the join order
+  std::string id;    // "client-N", N its place in the join order
+  size_t index = 0;  // N - 1
   std::string token;
   std::string display_name;
   absl::Time last_seen;  // its last call, heartbeat or poll
@@ -50,10 +57,22 @@ struct Client {
 //          alive for a while.
 // A client retired by its own re-join (Retire) is neither, at once.
 //
-// Memory: one Client (about 200 bytes with its strings) and two index entries
-// per joined client; clients are never forgotten within a run, so ids stay
-// unique and a run's history can name them. Not thread-safe: the run
-// controller calls it under its lock; nothing here blocks or calls out.
+// Counting and listing the ready or alive clients costs what changed, not the
+// number of clients: the clients holding a poll are a set, and those that do
+// not are kept ordered by last_seen in two indexes (one for ready, one for
+// alive) from which a query first drops the entries that aged out of their
+// window; an entry comes back when its client is seen again. So the timer's
+// tick, a poll, or an async version asks "how many are ready" in
+// O(log n) amortised, and a round's sampling lists only the ready. Queries
+// are expected at non-decreasing times (the controller asks with the clock's
+// now under its lock); asked at an earlier time after a later one, a count
+// misses the clients dropped meanwhile until they are seen again.
+//
+// Memory: one Client (about 200 bytes with its strings), two hash-index
+// entries and at most three set entries per joined client; clients are never
+// forgotten within a run, so ids stay unique and a run's history can name
+// them. Not thread-safe: the run controller calls it under its lock; nothing
+// here blocks or calls out.
 class ClientManager {
  public:
   struct Options {
@@ -89,12 +108,15 @@ class ClientManager {
   // The client whose session token is `token`, or null.
   const Client* FindByToken(absl::string_view token) const;
 
+  // Notes a call from `client` (a heartbeat, a report) at `now`.
+  void Seen(Client* client, absl::Time now);
+
   bool IsAlive(const Client& client, absl::Time now) const;
-  int CountAlive(absl::Time now) const;
+  int CountAlive(absl::Time now);
   bool IsReady(const Client& client, absl::Time now) const;
   // Ids of the clients ready at `now`, in join order, and how many that is.
-  std::vector<std::string> Ready(absl::Time now) const;
-  int CountReady(absl::Time now) const;
+  std::vector<std::string> Ready(absl::Time now);
+  int CountReady(absl::Time now);
 
   // `n` of `candidates` (ids of joined clients), drawn without replacement
   // from the seeded sampler: a partial Fisher-Yates shuffle over the
@@ -121,8 +143,25 @@ class ClientManager {
   size_t size() const { return clients_.size(); }
 
  private:
+  // Clients not holding a poll, by when they were last seen.
+  using ByTime = absl::btree_set<std::pair<absl::Time, size_t>>;  // index
+  absl::Duration ready_window() const {
+    return std::min(options_.ready_window, options_.client_timeout);
+  }
+  // Takes `client` out of the indexes before its liveness fields change, and
+  // puts it back in by them afterwards.
+  void Unindex(Client* client);
+  void Index(Client* client);
+  // Drops the entries older than `window` before `now`.
+  static void Prune(ByTime* set, absl::Time now, absl::Duration window);
+
   const Options options_;
   std::vector<std::unique_ptr<Client>> clients_;  // in join order
+  absl::flat_hash_set<size_t> polling_;  // active_polls > 0, not retired
+  // Not polling, not retired, and (idle_ready_) not hung up: entries may be
+  // older than their window until the next query prunes them.
+  ByTime idle_ready_;
+  ByTime idle_alive_;
   absl::flat_hash_map<std::string, Client*> by_id_;
   absl::flat_hash_map<std::string, Client*> by_token_;
   std::mt19937_64 sampler_;

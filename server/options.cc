@@ -36,6 +36,7 @@ absl::Status CoordinatorOptions::Validate() const {
     return Bad("round_timeout", "must be > 0");
   if (eval_timeout <= absl::ZeroDuration())
     return Bad("eval_timeout", "must be > 0");
+  if (eval_clients < 0) return Bad("eval_clients", "must be >= 0");
   if (max_rounds < 1) return Bad("max_rounds", "must be at least 1");
   if (rounds_between_validations < 0) {
     return Bad("rounds_between_validations", "must be >= 0 (0: never)");

@@ -435,7 +435,12 @@ void RunController::MaybeStartLocked(absl::Time now, Effects* effects) {
     if (evaluation_.is_open()) return;
     std::vector<std::string> ready = clients_.Ready(now);
     if (ready.empty()) return;
-    // Every ready client evaluates the final weights.
+    // Every ready client evaluates the final weights, or a sample of
+    // --eval_clients of them.
+    if (options_.eval_clients > 0 &&
+        static_cast<int>(ready.size()) > options_.eval_clients) {
+      ready = clients_.Sample(std::move(ready), options_.eval_clients);
+    }
     auto posts = evaluation_.Open(version_, std::move(ready), global_, now);
     history_.OpenAttempt();
     board_.RetractAll();
@@ -562,7 +567,7 @@ absl::StatusOr<v1::PushGradientResponse> RunController::CommitUpdate(
       ++(*c)->rounds_contributed;
       (*c)->last_update_norm = norm;
       (*c)->last_update_round = accepted->round;
-      (*c)->last_seen = now;
+      clients_.Seen(*c, now);
     }
     response.set_round(accepted->round);
     response.set_accepted_this_round(accepted->accepted);
@@ -717,7 +722,7 @@ absl::Status RunController::ReportEval(const v1::ReportEvalRequest& request) {
     ++history_.counters().evaluations_accepted;
     const absl::Time now = absl::Now();
     if (absl::StatusOr<Client*> c = clients_.Get(request.client_id()); c.ok()) {
-      (*c)->last_seen = now;
+      clients_.Seen(*c, now);
     }
     board_.Retract(request.client_id());
     const Cohort& c = *evaluation_.cohort();
@@ -742,7 +747,7 @@ absl::StatusOr<v1::HeartbeatResponse> RunController::Heartbeat(
     return absl::InvalidArgumentError(
         absl::StrCat("client ", request.client_id(), ": negative progress"));
   }
-  (*client)->last_seen = absl::Now();
+  clients_.Seen(*client, absl::Now());
   (*client)->batches_done = request.batches_done();
   (*client)->batches_total = request.batches_total();
   v1::HeartbeatResponse response;
@@ -881,6 +886,7 @@ bool RunController::AwaitPhase(v1::Phase phase, absl::Duration timeout) const {
 }
 
 bool RunController::AwaitClientsDone(absl::Duration timeout) const {
+  const absl::Time deadline = absl::Now() + timeout;
   absl::MutexLock lock(&mu_);
   auto all_told = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (phase_ != v1::PHASE_DONE) return false;
@@ -890,7 +896,16 @@ bool RunController::AwaitClientsDone(absl::Duration timeout) const {
     }
     return true;
   };
-  return mu_.AwaitWithTimeout(absl::Condition(&all_told), timeout);
+  // Checked every 50 ms rather than as a Condition, which the mutex would
+  // evaluate, scanning every client, at each unlock by any call.
+  for (;;) {
+    if (all_told()) return true;
+    const absl::Time now = absl::Now();
+    if (now >= deadline) return false;
+    auto never = [] { return false; };
+    mu_.AwaitWithDeadline(absl::Condition(&never),
+                          std::min(deadline, now + absl::Milliseconds(50)));
+  }
 }
 
 bool RunController::AwaitPendingPolls(size_t n, absl::Duration timeout) const {

@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -85,11 +86,60 @@ TEST(ClientManagerTest, ReadyListsClientsInJoinOrder) {
   ASSERT_TRUE(clients.Register("x", t0).ok());
   EXPECT_THAT(clients.Ready(t0 + absl::Seconds(5)),
               ElementsAre("client-1", "client-2", "client-3"));
-  EXPECT_THAT(clients.Ready(t0 + absl::Seconds(15)), ElementsAre("client-2"));
   EXPECT_EQ(clients.CountReady(t0 + absl::Seconds(5)), 3);
-  EXPECT_EQ(clients.CountReady(t0 + absl::Seconds(15)), 1);
   EXPECT_EQ(clients.CountAlive(t0 + absl::Seconds(5)), 3);
+  EXPECT_THAT(clients.Ready(t0 + absl::Seconds(15)), ElementsAre("client-2"));
+  EXPECT_EQ(clients.CountReady(t0 + absl::Seconds(15)), 1);
+  EXPECT_EQ(clients.CountAlive(t0 + absl::Seconds(15)), 3);
   EXPECT_EQ(clients.CountAlive(t0 + absl::Seconds(25)), 1);
+}
+
+// The counts are kept, not recounted: a client that aged out of the ready
+// and alive windows is counted again as soon as it is seen or polls, and one
+// retired or hung up stops counting at once.
+TEST(ClientManagerTest, CountsFollowEveryChangeOfEveryClient) {
+  ClientManager clients(Small());  // alive 20 s, ready 10 s
+  std::vector<Client*> all;
+  for (int i = 0; i < 5; ++i) {
+    all.push_back(
+        *clients.Get((*clients.Register(absl::StrCat("c", i), t0))->id));
+  }
+  const absl::Time t1 = t0 + absl::Seconds(30);  // everyone aged out
+  EXPECT_EQ(clients.CountReady(t1), 0);
+  EXPECT_EQ(clients.CountAlive(t1), 0);
+  clients.Seen(all[0], t1);  // a heartbeat
+  ASSERT_TRUE(clients.Authorize(all[1]->id, all[1]->token, t1).ok());
+  clients.PollStarted(all[1]);  // the poll that call makes
+  ASSERT_TRUE(clients.Authorize(all[2]->id, all[2]->token, t1).ok());
+  EXPECT_EQ(clients.CountReady(t1), 3);
+  EXPECT_EQ(clients.CountAlive(t1), 3);
+  EXPECT_THAT(clients.Ready(t1),
+              ElementsAre("client-1", "client-2", "client-3"));
+  // Held polls do not age; the others do.
+  EXPECT_EQ(clients.CountReady(t1 + absl::Seconds(11)), 1);
+  EXPECT_EQ(clients.CountAlive(t1 + absl::Seconds(11)), 3);
+  // A hung-up poll: alive, not ready.
+  const absl::Time t2 = t1 + absl::Seconds(12);
+  clients.PollCancelled(all[1]);
+  EXPECT_EQ(clients.CountReady(t2), 0);
+  EXPECT_EQ(clients.CountAlive(t2), 3);
+  // Retired by its own re-join: neither, at once.
+  Client* successor = *clients.Get((*clients.Register("c0-again", t2))->id);
+  ASSERT_TRUE(clients.Retire(all[0]->id, all[0]->token, *successor));
+  EXPECT_EQ(clients.CountReady(t2), 1);  // the successor
+  EXPECT_EQ(clients.CountAlive(t2), 3);  // 1, 2 and the successor
+  EXPECT_THAT(clients.Ready(t2), ElementsAre(successor->id));
+  // Every count agrees with asking every client.
+  for (absl::Time t : {t2, t2 + absl::Seconds(9), t2 + absl::Seconds(19),
+                       t2 + absl::Seconds(21)}) {
+    int ready = 0, alive = 0;
+    for (const auto& c : clients.clients()) {
+      ready += clients.IsReady(*c, t) ? 1 : 0;
+      alive += clients.IsAlive(*c, t) ? 1 : 0;
+    }
+    EXPECT_EQ(clients.CountReady(t), ready) << t;
+    EXPECT_EQ(clients.CountAlive(t), alive) << t;
+  }
 }
 
 TEST(ClientManagerTest, ReadyMeansPollingOrHeardFromWithinTheReadyWindow) {
