@@ -74,9 +74,9 @@ class CoordinatorService::TaskWriter final
                           "stream closed by the client"));
       return;
     }
-    if (chunks_.has_value() && chunks_->Next(message_.mutable_chunk())) {
+    if (encoded_ != nullptr && next_chunk_ < encoded_->chunks.size()) {
       service_->Watch(this, absl::Now());
-      StartWrite(&message_);
+      StartWrite(&encoded_->chunks[next_chunk_++]);
       return;
     }
     service_->Unwatch(this);
@@ -109,11 +109,10 @@ class CoordinatorService::TaskWriter final
           0, absl::ToInt64Milliseconds(task_.deadline - absl::Now())));
     }
     if (task_.weights != nullptr) {
-      const ModelSpec& spec = controller_->spec();
-      chunks_.emplace(spec, absl::MakeConstSpan(*task_.weights),
-                      static_cast<size_t>(controller_->chunk_bytes()));
-      header->set_num_tensors(static_cast<int32_t>(spec.tensors.size()));
-      header->set_payload_bytes(chunks_->total_bytes());
+      encoded_ = service_->Encode(task_.weights);
+      header->set_num_tensors(
+          static_cast<int32_t>(controller_->spec().tensors.size()));
+      header->set_payload_bytes(encoded_->payload_bytes);
     }
     if (task_.plan != nullptr) *header->mutable_plan() = *task_.plan;
     service_->Watch(this, absl::Now());
@@ -125,9 +124,11 @@ class CoordinatorService::TaskWriter final
   RunController* const controller_;
   const std::string client_id_;
   std::atomic<uint64_t> poll_id_{0};
-  Task task_;  // keeps the weights alive while they are written
-  std::optional<ChunkWriter> chunks_;
-  v1::TaskMessage message_;
+  Task task_;
+  // The weights' chunks, kept alive while they are written.
+  std::shared_ptr<const EncodedWeights> encoded_;
+  size_t next_chunk_ = 0;
+  v1::TaskMessage message_;  // the task header
 };
 
 // PushGradient: reads the header, admits it (so a push that cannot count is
@@ -375,6 +376,24 @@ CoordinatorService::CoordinatorService(RunController* controller)
 CoordinatorService::~CoordinatorService() {
   stop_.Notify();
   watchdog_.join();
+}
+
+std::shared_ptr<const CoordinatorService::EncodedWeights>
+CoordinatorService::Encode(const Weights& weights) {
+  absl::MutexLock lock(&encoded_mu_);
+  if (encoded_ != nullptr && encoded_->weights == weights) return encoded_;
+  auto encoded = std::make_shared<EncodedWeights>();
+  encoded->weights = weights;
+  ChunkWriter writer(controller_->spec(), absl::MakeConstSpan(*weights),
+                     static_cast<size_t>(controller_->chunk_bytes()));
+  encoded->payload_bytes = writer.total_bytes();
+  v1::TaskMessage message;
+  while (writer.Next(message.mutable_chunk())) {
+    encoded->chunks.push_back(std::move(message));
+    message.Clear();
+  }
+  encoded_ = encoded;
+  return encoded;
 }
 
 void CoordinatorService::Watch(TaskWriter* writer, absl::Time now) {

@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -63,7 +64,23 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   // for --stall_timeout.
   void WatchdogLoop();
 
+  // A model version's weights as the chunk messages every download of it
+  // sends: encoded and checksummed once, shared by every stream writing that
+  // version (gRPC still copies each message into its frames).
+  struct EncodedWeights {
+    Weights weights;
+    std::vector<v1::TaskMessage> chunks;
+    int64_t payload_bytes = 0;
+  };
+  // `weights` encoded. The encoding last asked for is kept (one model's
+  // worth, plus the snapshot it holds): the first stream of a version
+  // encodes it and the others wait for that on encoded_mu_, whose only job
+  // it is.
+  std::shared_ptr<const EncodedWeights> Encode(const Weights& weights);
+
   RunController* const controller_;
+  absl::Mutex encoded_mu_;
+  std::shared_ptr<const EncodedWeights> encoded_ ABSL_GUARDED_BY(encoded_mu_);
   StagingPool staging_;
   absl::Mutex downloads_mu_;
   absl::flat_hash_map<TaskWriter*, absl::Time> downloads_
