@@ -25,6 +25,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/files.h"
 
@@ -294,14 +295,20 @@ std::string ConfigSchemaProto(const ConfigSchema& schema) {
   return out;
 }
 
-std::vector<char*> ParseFlags(int argc, char** argv, const char* usage) {
+// What every fedlearn binary sets up before parsing its flags.
+void SetUpProcess(const char* usage) {
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   SetUsage(usage);
+}
+
+std::vector<char*> ParseFlags(int argc, char** argv, const char* usage) {
+  SetUpProcess(usage);
   return absl::ParseCommandLine(argc, argv);
 }
 
 std::vector<char*> ParseFlags(int argc, char** argv, const char* usage,
                               const ConfigSchema& schema) {
-  SetUsage(usage);
+  SetUpProcess(usage);
   if (AsksForSchema(argc, argv)) {
     std::fputs(ConfigSchemaProto(schema).c_str(), stdout);
     std::exit(0);
