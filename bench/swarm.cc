@@ -1,0 +1,820 @@
+// swarm: thousands of simulated clients in one process, on the gRPC callback
+// API, against a running coordinator (bench/swarm.sh starts it). Every client
+// joins, holds a long poll and heartbeats at the interval the coordinator
+// suggests; a TRAIN task is downloaded in full and answered at once with a
+// small valid update (no training: what is left is the coordinator's cost of
+// coordinating), an EVALUATE task with a report, DONE ends the client.
+//
+// Phases: join N clients (at most --join_concurrency at a time), hold them
+// idle for --idle_seconds while measuring the coordinator's CPU and RSS, then
+// join one more client, which lets the coordinator (started with
+// --min_clients=N+1) open its first round; run until every client was told
+// DONE. A prober measures GetStatus and /metrics latency throughout.
+//
+// Memory of the swarm itself: per client a few hundred bytes and one held
+// poll; the update it pushes is encoded once and shared by every push; a
+// downloaded task is counted, not kept, except for one client in
+// --verify_every, whose download is reassembled and verified (every chunk's
+// and tensor's CRC-32C) like a real client's.
+
+#include <grpcpp/client_context.h>
+#include <grpcpp/create_channel.h>
+#include <grpcpp/support/client_callback.h>
+#include <httplib.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cinttypes>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <queue>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/flags.h"
+#include "common/model_spec.h"
+#include "common/tensor_codec.h"
+#include "fedlearn/v1/coordinator.grpc.pb.h"
+
+ABSL_FLAG(std::string, coordinator, "127.0.0.1:50051", "coordinator address");
+ABSL_FLAG(int, http_port, 8080, "the coordinator's HTTP port (/metrics)");
+ABSL_FLAG(int, coordinator_pid, 0,
+          "the coordinator's process id, for its RSS and CPU (0: not read)");
+ABSL_FLAG(int, clients, 1000, "simulated clients");
+ABSL_FLAG(int, clients_per_connection, 1,
+          "clients sharing one HTTP/2 connection (1: one each, as separate "
+          "devices would)");
+ABSL_FLAG(int, join_concurrency, 256, "joins in flight at once");
+ABSL_FLAG(absl::Duration, idle_seconds, absl::Seconds(12),
+          "how long every client idles, polling, before the first round");
+ABSL_FLAG(absl::Duration, max_wait, absl::Seconds(30), "long poll max_wait");
+ABSL_FLAG(int, verify_every, 100,
+          "reassemble and verify the download of one client in this many");
+ABSL_FLAG(absl::Duration, timeout, absl::Minutes(15),
+          "give up when the run is not DONE by then");
+
+namespace fedlearn {
+namespace {
+
+// Runs closures at given times on one thread (they only start RPCs).
+class Timers {
+ public:
+  Timers() : thread_([this] { Loop(); }) {}
+  ~Timers() {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    thread_.join();
+  }
+  void At(absl::Time when, std::function<void()> fn) {
+    absl::MutexLock lock(&mu_);
+    queue_.push(Entry{when, next_++, std::move(fn)});
+  }
+
+ private:
+  struct Entry {
+    absl::Time when;
+    uint64_t seq;
+    std::function<void()> fn;
+    bool operator>(const Entry& o) const {
+      return std::tie(when, seq) > std::tie(o.when, o.seq);
+    }
+  };
+  void Loop() {
+    for (;;) {
+      std::function<void()> fn;
+      {
+        absl::MutexLock lock(&mu_);
+        auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return stop_ || (!queue_.empty() && queue_.top().when <= absl::Now());
+        };
+        const absl::Time wake =
+            queue_.empty() ? absl::Now() + absl::Milliseconds(50)
+                           : std::min(queue_.top().when,
+                                      absl::Now() + absl::Milliseconds(50));
+        mu_.AwaitWithDeadline(absl::Condition(&ready), wake);
+        if (stop_) return;
+        if (queue_.empty() || queue_.top().when > absl::Now()) continue;
+        fn = std::move(const_cast<Entry&>(queue_.top()).fn);
+        queue_.pop();
+      }
+      fn();
+    }
+  }
+  absl::Mutex mu_;
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> queue_
+      ABSL_GUARDED_BY(mu_);
+  uint64_t next_ ABSL_GUARDED_BY(mu_) = 0;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+// What happened in one round, as the clients saw it.
+struct RoundSeen {
+  absl::Time first_task = absl::InfiniteFuture();   // first TRAIN header
+  absl::Time last_download = absl::InfinitePast();  // last weights in hand
+  absl::Time last_push_sent = absl::InfinitePast();
+  int downloads = 0;
+  int accepted = 0;
+  int rejected = 0;
+};
+
+struct Percentiles {
+  double p50 = 0, p99 = 0;
+  size_t n = 0;
+};
+Percentiles Of(std::vector<double> v) {
+  Percentiles p;
+  p.n = v.size();
+  if (v.empty()) return p;
+  std::sort(v.begin(), v.end());
+  p.p50 = v[v.size() / 2];
+  p.p99 = v[std::min(v.size() - 1, v.size() * 99 / 100)];
+  return p;
+}
+
+int64_t RssKb(int pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
+  std::string key;
+  while (in >> key) {
+    if (key == "VmRSS:") {
+      int64_t kb = 0;
+      in >> kb;
+      return kb;
+    }
+  }
+  return 0;
+}
+
+// User + system CPU seconds of `pid`.
+double CpuSeconds(int pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string line;
+  std::getline(in, line);
+  // Fields after the parenthesised command name; utime and stime are the
+  // 14th and 15th fields of the whole line.
+  const size_t close = line.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream rest(line.substr(close + 2));
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i) {
+    if (i == 14 || i == 15) ticks += std::stod(field);
+  }
+  return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+class Swarm;
+
+// One simulated client.
+struct Sim {
+  int index = 0;
+  v1::Coordinator::Stub* stub = nullptr;
+  std::string id;
+  std::string token;
+  std::atomic<bool> done{false};
+};
+
+class Swarm {
+ public:
+  Swarm() {
+    const int n = absl::GetFlag(FLAGS_clients) + 1;  // the starter too
+    const int per = std::max(1, absl::GetFlag(FLAGS_clients_per_connection));
+    for (int i = 0; i < n; i += per) {
+      grpc::ChannelArguments args;
+      args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // its own socket
+      args.SetMaxReceiveMessageSize(8 << 20);
+      stubs_.push_back(v1::Coordinator::NewStub(
+          grpc::CreateCustomChannel(absl::GetFlag(FLAGS_coordinator),
+                                    grpc::InsecureChannelCredentials(), args)));
+    }
+    sims_.reserve(n);
+    for (int i = 0; i < n; ++i) {
+      sims_.push_back(std::make_unique<Sim>());
+      sims_.back()->index = i;
+      sims_.back()->stub = stubs_[i / per].get();
+    }
+  }
+
+  // Joins clients [begin, end), `concurrency` at a time, each polling as
+  // soon as it joined; returns when every join answered.
+  void JoinRange(int begin, int end, int concurrency) {
+    next_join_ = begin;
+    join_end_ = end;
+    {
+      absl::MutexLock lock(&mu_);
+      joins_pending_ = end - begin;
+    }
+    for (int i = 0; i < concurrency && i < end - begin; ++i) JoinNext();
+    absl::MutexLock lock(&mu_);
+    auto all = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return joins_pending_ == 0;
+    };
+    mu_.Await(absl::Condition(&all));
+  }
+
+  // Sends heartbeats: every joined client once per interval, spread evenly.
+  void StartHeartbeats() {
+    heartbeat_thread_ = std::thread([this] {
+      const absl::Duration tick = absl::Milliseconds(100);
+      size_t cursor = 0;
+      double owed = 0;
+      while (!stopping_.load()) {
+        const absl::Duration interval =
+            absl::Milliseconds(heartbeat_interval_ms_.load());
+        owed += sims_.size() * (tick / interval);
+        while (owed >= 1) {
+          owed -= 1;
+          Sim* s = sims_[cursor++ % sims_.size()].get();
+          if (!s->id.empty() && !s->done.load()) Heartbeat(s);
+        }
+        absl::SleepFor(tick);
+      }
+    });
+  }
+
+  bool AwaitDone(absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    auto all = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return told_done_ == static_cast<int>(sims_.size());
+    };
+    return mu_.AwaitWithTimeout(absl::Condition(&all), timeout);
+  }
+
+  void Stop() {
+    stopping_ = true;
+    if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+  }
+
+  // Counts an answer that came too late to count, by call and code.
+  void Late(absl::string_view call, const grpc::Status& s) {
+    absl::MutexLock lock(&mu_);
+    std::string& example = late_examples_[absl::StrCat(
+        call, " code ", static_cast<int>(s.error_code()))];
+    if (example.empty()) example = s.error_message();
+    ++late_[absl::StrCat(call, " code ", static_cast<int>(s.error_code()))];
+  }
+  std::map<std::string, int64_t> LateCounts(
+      std::map<std::string, std::string>* examples) {
+    absl::MutexLock lock(&mu_);
+    *examples = late_examples_;
+    return late_;
+  }
+
+  // Counts an unexpected status, by call and code.
+  void Error(absl::string_view call, const grpc::Status& s) {
+    absl::MutexLock lock(&mu_);
+    std::string& example = error_examples_[absl::StrCat(
+        call, " code ", static_cast<int>(s.error_code()))];
+    if (example.empty()) example = s.error_message();
+    ++errors_[absl::StrCat(call, " code ", static_cast<int>(s.error_code()))];
+  }
+
+  void Poll(Sim* s);
+  void PollAt(Sim* s, absl::Time when) {
+    timers_.At(when, [this, s] { Poll(s); });
+  }
+  void Push(Sim* s, int64_t round);
+  void Report(Sim* s, int64_t round);
+  void Heartbeat(Sim* s);
+  void JoinNext();
+
+  // Called by the calls.
+  void Downloaded(int64_t round, bool train) {
+    absl::MutexLock lock(&mu_);
+    if (!train) return;
+    RoundSeen& r = rounds_[round];
+    r.last_download = absl::Now();
+    ++r.downloads;
+  }
+  void TaskHeader(int64_t round, bool train) {
+    if (!train) return;
+    absl::MutexLock lock(&mu_);
+    RoundSeen& r = rounds_[round];
+    r.first_task = std::min(r.first_task, absl::Now());
+  }
+  void PushSent(int64_t round) {
+    absl::MutexLock lock(&mu_);
+    rounds_[round].last_push_sent = absl::Now();
+  }
+  void Pushed(int64_t round, bool ok) {
+    absl::MutexLock lock(&mu_);
+    ++(ok ? rounds_[round].accepted : rounds_[round].rejected);
+  }
+  void ToldDone(Sim* s) {
+    s->done = true;
+    absl::MutexLock lock(&mu_);
+    ++told_done_;
+  }
+
+  std::vector<std::unique_ptr<Sim>>& sims() { return sims_; }
+  const ModelSpec& spec() const { return spec_; }
+  const std::vector<v1::PushGradientRequest>& update() const { return update_; }
+  absl::Time join_started, join_finished;
+
+  std::map<int64_t, RoundSeen> Rounds() {
+    absl::MutexLock lock(&mu_);
+    return rounds_;
+  }
+  std::map<std::string, int64_t> Errors(
+      std::map<std::string, std::string>* examples) {
+    absl::MutexLock lock(&mu_);
+    *examples = error_examples_;
+    return errors_;
+  }
+  int64_t downloaded_bytes() const { return downloaded_bytes_.load(); }
+  std::atomic<int64_t> downloaded_bytes_{0};
+  std::atomic<int> verified{0};
+
+ private:
+  // Sets the model up from the first join: the update every client pushes.
+  void Learn(const v1::JoinResponse& joined) {
+    absl::MutexLock lock(&mu_);
+    if (!update_.empty()) return;
+    absl::StatusOr<ModelSpec> spec = FromProto(joined.model());
+    if (!spec.ok()) {
+      std::fprintf(stderr, "swarm: %s\n", spec.status().ToString().c_str());
+      std::exit(1);
+    }
+    spec_ = *spec;
+    heartbeat_interval_ms_ =
+        std::max<int64_t>(100, joined.heartbeat_interval_ms());
+    std::vector<float> delta(spec_.num_parameters);
+    for (size_t i = 0; i < delta.size(); ++i) {
+      delta[i] = (i % 2 == 0 ? 1e-4f : -1e-4f);
+    }
+    ChunkWriter writer(spec_, delta, 64 << 10);
+    v1::PushGradientRequest message;
+    while (writer.Next(message.mutable_chunk())) {
+      update_.push_back(message);
+      message.Clear();
+    }
+  }
+  friend class JoinCall;
+
+  std::vector<std::unique_ptr<v1::Coordinator::Stub>> stubs_;
+  std::vector<std::unique_ptr<Sim>> sims_;
+  std::atomic<int> next_join_{0};
+  int join_end_ = 0;
+  std::atomic<int64_t> heartbeat_interval_ms_{5000};
+  std::atomic<bool> stopping_{false};
+  std::thread heartbeat_thread_;
+  Timers timers_;
+
+  absl::Mutex mu_;
+  ModelSpec spec_;                               // set by the first join
+  std::vector<v1::PushGradientRequest> update_;  // likewise, then read-only
+  int joins_pending_ ABSL_GUARDED_BY(mu_) = 0;
+  int told_done_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<int64_t, RoundSeen> rounds_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int64_t> errors_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::string> error_examples_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int64_t> late_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::string> late_examples_ ABSL_GUARDED_BY(mu_);
+};
+
+// A push or report that arrived after its round or evaluation closed at
+// quorum: the contract's answer, not an error (the coordinator cancels a
+// push still streaming then, and turns a later one away).
+bool IsLate(const grpc::Status& s) {
+  return s.error_code() == grpc::StatusCode::CANCELLED ||
+         s.error_code() == grpc::StatusCode::FAILED_PRECONDITION;
+}
+
+void Authorize(grpc::ClientContext* context, const Sim& s) {
+  context->AddMetadata("authorization", absl::StrCat("Bearer ", s.token));
+}
+
+void Swarm::JoinNext() {
+  const int i = next_join_.fetch_add(1);
+  if (i >= join_end_) return;
+  struct Call {
+    grpc::ClientContext context;
+    v1::JoinRequest request;
+    v1::JoinResponse response;
+  };
+  auto* call = new Call;
+  Sim* s = sims_[i].get();
+  call->request.set_display_name(absl::StrCat("swarm-", i));
+  call->context.set_deadline(
+      absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+  s->stub->async()->Join(&call->context, &call->request, &call->response,
+                         [this, call, s](grpc::Status status) {
+                           if (status.ok()) {
+                             Learn(call->response);
+                             s->id = call->response.client_id();
+                             s->token = call->response.session_token();
+                             Poll(s);
+                           } else {
+                             Error("Join", status);
+                           }
+                           delete call;
+                           JoinNext();
+                           absl::MutexLock lock(&mu_);
+                           --joins_pending_;
+                         });
+}
+
+void Swarm::Heartbeat(Sim* s) {
+  struct Call {
+    grpc::ClientContext context;
+    v1::HeartbeatRequest request;
+    v1::HeartbeatResponse response;
+  };
+  auto* call = new Call;
+  Authorize(&call->context, *s);
+  call->context.set_deadline(
+      absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+  call->request.set_client_id(s->id);
+  s->stub->async()->Heartbeat(&call->context, &call->request, &call->response,
+                              [this, call, s](grpc::Status status) {
+                                // A client told DONE may race its last beat.
+                                if (!status.ok() && !s->done.load()) {
+                                  Error("Heartbeat", status);
+                                }
+                                delete call;
+                              });
+}
+
+void Swarm::Report(Sim* s, int64_t round) {
+  struct Call {
+    grpc::ClientContext context;
+    v1::ReportEvalRequest request;
+    v1::ReportEvalResponse response;
+  };
+  auto* call = new Call;
+  Authorize(&call->context, *s);
+  call->request.set_client_id(s->id);
+  call->request.set_round(round);
+  call->request.set_test_loss(2.3);
+  call->request.set_test_accuracy(0.1);
+  call->request.set_num_examples(100);
+  s->stub->async()->ReportEval(&call->context, &call->request, &call->response,
+                               [this, call, s](grpc::Status status) {
+                                 if (IsLate(status)) {
+                                   Late("ReportEval", status);
+                                 } else if (!status.ok()) {
+                                   Error("ReportEval", status);
+                                 }
+                                 delete call;
+                                 Poll(s);
+                               });
+}
+
+// A long poll and, for TRAIN and EVALUATE, the weights that follow.
+class PollCall final : public grpc::ClientReadReactor<v1::TaskMessage> {
+ public:
+  PollCall(Swarm* swarm, Sim* s) : swarm_(swarm), s_(s) {
+    Authorize(&context_, *s);
+    const absl::Duration max_wait = absl::GetFlag(FLAGS_max_wait);
+    context_.set_deadline(
+        absl::ToChronoTime(absl::Now() + max_wait + absl::Minutes(5)));
+    request_.set_client_id(s->id);
+    request_.set_max_wait_ms(absl::ToInt64Milliseconds(max_wait));
+    s->stub->async()->RequestUpdate(&context_, &request_, this);
+    StartRead(&message_);
+    StartCall();
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return;
+    if (!have_task_) {
+      have_task_ = true;
+      task_ = message_.task();
+      swarm_->TaskHeader(task_.round(), task_.type() == v1::TASK_TYPE_TRAIN);
+      const int every = absl::GetFlag(FLAGS_verify_every);
+      if (task_.payload_bytes() > 0 && every > 0 && s_->index % every == 0) {
+        weights_.resize(swarm_->spec().num_parameters);
+        assembler_.emplace(swarm_->spec(), absl::MakeSpan(weights_),
+                           /*require_finite=*/true);
+      }
+    } else if (message_.has_chunk()) {
+      received_ += static_cast<int64_t>(message_.chunk().data().size());
+      if (assembler_.has_value() && verify_error_.ok()) {
+        verify_error_ = assembler_->Add(message_.chunk());
+      }
+    }
+    StartRead(&message_);
+  }
+
+  void OnDone(const grpc::Status& status) override {
+    swarm_->downloaded_bytes_ += received_;
+    Finish(status);
+    delete this;
+  }
+
+ private:
+  void Finish(const grpc::Status& status) {
+    if (!status.ok() || !have_task_) {
+      if (status.error_code() != grpc::StatusCode::UNAVAILABLE ||
+          !s_->done.load()) {
+        swarm_->Error("RequestUpdate", status);
+      }
+      // Try again later, as an agent's backoff would.
+      swarm_->PollAt(s_, absl::Now() + absl::Seconds(1));
+      return;
+    }
+    const bool weights = task_.payload_bytes() > 0;
+    if (weights && received_ != task_.payload_bytes()) {
+      swarm_->Error(
+          "RequestUpdate",
+          grpc::Status(grpc::StatusCode::DATA_LOSS,
+                       absl::StrCat("received ", received_, " of ",
+                                    task_.payload_bytes(), " bytes")));
+    }
+    if (assembler_.has_value()) {
+      if (absl::Status s =
+              verify_error_.ok() ? assembler_->Finish() : verify_error_;
+          !s.ok()) {
+        swarm_->Error("RequestUpdate", grpc::Status(grpc::StatusCode::DATA_LOSS,
+                                                    std::string(s.message())));
+      } else {
+        ++swarm_->verified;
+      }
+    }
+    switch (task_.type()) {
+      case v1::TASK_TYPE_TRAIN:
+        swarm_->Downloaded(task_.round(), true);
+        swarm_->Push(s_, task_.round());
+        break;
+      case v1::TASK_TYPE_EVALUATE:
+        swarm_->Report(s_, task_.round());
+        break;
+      case v1::TASK_TYPE_DONE:
+        swarm_->ToldDone(s_);
+        break;
+      default:  // WAIT
+        swarm_->PollAt(
+            s_, absl::Now() + absl::Milliseconds(task_.retry_after_ms()));
+    }
+  }
+
+  Swarm* const swarm_;
+  Sim* const s_;
+  grpc::ClientContext context_;
+  v1::RequestUpdateRequest request_;
+  v1::TaskMessage message_;
+  bool have_task_ = false;
+  v1::Task task_;
+  int64_t received_ = 0;
+  std::vector<float> weights_;
+  std::optional<ChunkAssembler> assembler_;
+  absl::Status verify_error_;
+};
+
+void Swarm::Poll(Sim* s) {
+  if (s->done.load()) return;
+  new PollCall(this, s);
+}
+
+// A push of the shared update: the header, then every chunk.
+class PushCall final
+    : public grpc::ClientWriteReactor<v1::PushGradientRequest> {
+ public:
+  PushCall(Swarm* swarm, Sim* s, int64_t round)
+      : swarm_(swarm), s_(s), round_(round) {
+    Authorize(&context_, *s);
+    context_.set_deadline(absl::ToChronoTime(absl::Now() + absl::Minutes(5)));
+    v1::UpdateHeader* h = header_.mutable_header();
+    h->set_client_id(s->id);
+    h->set_round(round);
+    h->set_num_examples(600);
+    h->set_train_loss(0.5);
+    h->set_train_accuracy(0.9);
+    h->set_encoding(v1::ENCODING_DENSE);
+    s->stub->async()->PushGradient(&context_, &response_, this);
+    StartWrite(&header_);
+    StartCall();
+  }
+
+  void OnWriteDone(bool ok) override {
+    if (!ok) return;  // the coordinator ended the push; OnDone says why
+    const auto& chunks = swarm_->update();
+    if (next_ < chunks.size()) {
+      StartWrite(&chunks[next_++]);
+    } else {
+      swarm_->PushSent(round_);
+      StartWritesDone();
+    }
+  }
+
+  void OnDone(const grpc::Status& status) override {
+    swarm_->Pushed(round_, status.ok());
+    if (!status.ok()) {
+      if (IsLate(status)) {
+        swarm_->Late("PushGradient", status);
+      } else {
+        swarm_->Error("PushGradient", status);
+      }
+    }
+    swarm_->Poll(s_);
+    delete this;
+  }
+
+ private:
+  Swarm* const swarm_;
+  Sim* const s_;
+  const int64_t round_;
+  grpc::ClientContext context_;
+  v1::PushGradientRequest header_;
+  v1::PushGradientResponse response_;
+  size_t next_ = 0;
+};
+
+void Swarm::Push(Sim* s, int64_t round) { new PushCall(this, s, round); }
+
+// GetStatus and /metrics, one every 100 ms each, latencies kept by phase.
+class Prober {
+ public:
+  Prober() {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    args.SetMaxReceiveMessageSize(64 << 20);
+    stub_ = v1::Coordinator::NewStub(
+        grpc::CreateCustomChannel(absl::GetFlag(FLAGS_coordinator),
+                                  grpc::InsecureChannelCredentials(), args));
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~Prober() {
+    stop_ = true;
+    thread_.join();
+  }
+  // Starts a new set of samples under `label`.
+  void Phase(std::string label) {
+    absl::MutexLock lock(&mu_);
+    label_ = std::move(label);
+  }
+  std::map<std::string, std::vector<double>> Samples() {
+    absl::MutexLock lock(&mu_);
+    return samples_;
+  }
+  int errors() const { return errors_.load(); }
+
+ private:
+  void Loop() {
+    httplib::Client http("127.0.0.1", absl::GetFlag(FLAGS_http_port));
+    http.set_read_timeout(30, 0);
+    while (!stop_.load()) {
+      absl::Time t0 = absl::Now();
+      grpc::ClientContext context;
+      context.set_deadline(absl::ToChronoTime(t0 + absl::Seconds(30)));
+      v1::GetStatusRequest request;
+      v1::GetStatusResponse response;
+      const bool status_ok =
+          stub_->GetStatus(&context, request, &response).ok();
+      const double status_ms = absl::ToDoubleMilliseconds(absl::Now() - t0);
+      t0 = absl::Now();
+      auto metrics = http.Get("/metrics");
+      const bool metrics_ok = metrics && metrics->status == 200;
+      const double metrics_ms = absl::ToDoubleMilliseconds(absl::Now() - t0);
+      {
+        absl::MutexLock lock(&mu_);
+        if (status_ok)
+          samples_[absl::StrCat(label_, " GetStatus")].push_back(status_ms);
+        if (metrics_ok)
+          samples_[absl::StrCat(label_, " /metrics")].push_back(metrics_ms);
+      }
+      if (!status_ok || !metrics_ok) ++errors_;
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+  }
+  std::unique_ptr<v1::Coordinator::Stub> stub_;
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> errors_{0};
+  absl::Mutex mu_;
+  std::string label_ ABSL_GUARDED_BY(mu_) = "idle";
+  std::map<std::string, std::vector<double>> samples_ ABSL_GUARDED_BY(mu_);
+};
+
+int Run() {
+  const int n = absl::GetFlag(FLAGS_clients);
+  const int pid = absl::GetFlag(FLAGS_coordinator_pid);
+  Swarm swarm;
+  const int64_t rss_before = pid > 0 ? RssKb(pid) : 0;
+
+  const absl::Time join_start = absl::Now();
+  swarm.JoinRange(0, n, absl::GetFlag(FLAGS_join_concurrency));
+  const absl::Duration join_time = absl::Now() - join_start;
+  swarm.StartHeartbeats();
+  Prober prober;
+
+  // Idle: every client polls (and heartbeats); nothing else happens. The
+  // first quarter lets the last polls settle before CPU is counted.
+  const absl::Duration idle = absl::GetFlag(FLAGS_idle_seconds);
+  absl::SleepFor(idle / 4);
+  const double cpu0 = pid > 0 ? CpuSeconds(pid) : 0;
+  const absl::Time idle_from = absl::Now();
+  absl::SleepFor(idle - idle / 4);
+  const double idle_cpu =
+      pid > 0 ? (CpuSeconds(pid) - cpu0) /
+                    absl::ToDoubleSeconds(absl::Now() - idle_from)
+              : 0;
+  const int64_t rss_idle = pid > 0 ? RssKb(pid) : 0;
+
+  // The starter: one more client, and the first round opens.
+  prober.Phase("rounds");
+  const absl::Time rounds_start = absl::Now();
+  swarm.JoinRange(n, n + 1, 1);
+  const bool done = swarm.AwaitDone(absl::GetFlag(FLAGS_timeout));
+  const absl::Duration run_time = absl::Now() - rounds_start;
+  const int64_t rss_peak = pid > 0 ? RssKb(pid) : 0;
+  swarm.Stop();
+
+  std::map<std::string, std::string> examples;
+  const std::map<std::string, int64_t> errors = swarm.Errors(&examples);
+  const std::map<int64_t, RoundSeen> rounds = swarm.Rounds();
+
+  std::printf("clients %d (%d per connection), model %s (%" PRId64
+              " parameters)\n",
+              n, absl::GetFlag(FLAGS_clients_per_connection),
+              swarm.spec().name.c_str(), swarm.spec().num_parameters);
+  std::printf("joins: %.0f/s (%d in %.2f s)\n",
+              n / absl::ToDoubleSeconds(join_time), n,
+              absl::ToDoubleSeconds(join_time));
+  if (pid > 0) {
+    std::printf(
+        "coordinator RSS: %.1f MiB before joins, %.1f MiB with every client "
+        "idle (%.1f KiB per client), %.1f MiB at the end\n",
+        rss_before / 1024.0, rss_idle / 1024.0,
+        static_cast<double>(rss_idle - rss_before) / n, rss_peak / 1024.0);
+    std::printf("coordinator CPU while every client idles: %.1f%% of a core\n",
+                idle_cpu * 100);
+  }
+  std::printf("%-6s %9s %12s %12s %12s %9s %9s\n", "round", "downloads",
+              "fan-out s", "close->next s", "round s", "accepted", "rejected");
+  std::vector<double> fanouts, overheads, closes;
+  for (auto it = rounds.begin(); it != rounds.end(); ++it) {
+    const RoundSeen& r = it->second;
+    auto next = std::next(it);
+    const double fanout = absl::ToDoubleSeconds(r.last_download - r.first_task);
+    double close_next = -1, round_s = -1;
+    if (next != rounds.end()) {
+      close_next =
+          absl::ToDoubleSeconds(next->second.first_task - r.last_push_sent);
+      round_s = absl::ToDoubleSeconds(next->second.first_task - r.first_task);
+      overheads.push_back(round_s);
+      closes.push_back(close_next);
+    }
+    fanouts.push_back(fanout);
+    std::printf("%-6" PRId64 " %9d %12.3f %12.3f %12.3f %9d %9d\n", it->first,
+                r.downloads, fanout, close_next, round_s, r.accepted,
+                r.rejected);
+  }
+  for (const auto& [label, samples] : prober.Samples()) {
+    const Percentiles p = Of(samples);
+    std::printf("%-20s p50 %7.2f ms  p99 %7.2f ms  (%zu calls)\n",
+                label.c_str(), p.p50, p.p99, p.n);
+  }
+  std::map<std::string, std::string> late_examples;
+  for (const auto& [what, count] : swarm.LateCounts(&late_examples)) {
+    std::printf("late (after its round closed at quorum): %s x%" PRId64
+                " (e.g. \"%s\")\n",
+                what.c_str(), count, late_examples[what].c_str());
+  }
+  int64_t error_count = prober.errors();
+  for (const auto& [what, count] : errors) {
+    std::printf("error: %s x%" PRId64 " (e.g. %s)\n", what.c_str(), count,
+                examples[what].c_str());
+    error_count += count;
+  }
+  std::printf("downloaded %.1f MB; %d downloads verified chunk by chunk\n",
+              swarm.downloaded_bytes() / 1e6, swarm.verified.load());
+  std::printf("run %s in %.1f s after the first round opened\n",
+              done ? "DONE" : "NOT DONE", absl::ToDoubleSeconds(run_time));
+  // Machine-readable: one line.
+  std::printf(
+      "swarm_result n=%d joins_per_s=%.0f rss_per_client_kb=%.1f "
+      "idle_cpu=%.3f fanout_s=%.3f close_to_next_s=%.3f round_overhead_s=%.3f "
+      "errors=%" PRId64 " done=%d\n",
+      n, n / absl::ToDoubleSeconds(join_time),
+      pid > 0 ? static_cast<double>(rss_idle - rss_before) / n : 0.0, idle_cpu,
+      Of(fanouts).p50, Of(closes).p50, Of(overheads).p50, error_count,
+      done ? 1 : 0);
+  return done && error_count == 0 ? 0 : 1;
+}
+
+}  // namespace
+}  // namespace fedlearn
+
+int main(int argc, char** argv) {
+  fedlearn::ParseFlags(argc, argv,
+                       "swarm --coordinator=HOST:PORT --clients=N [flags]");
+  return fedlearn::Run();
+}

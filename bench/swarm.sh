@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Ten thousand clients on two cores (README, "Many clients"). For each N in $SIZES and each
+# model in $MODELS: a fresh coordinator (--min_clients=N+1, --clients_per_round=N/10,
+# $ROUNDS rounds, --eval_clients=N/10, default timeouts), then bench/swarm: N simulated
+# clients on the gRPC callback API, each on its own connection, join, poll and heartbeat
+# idle for 12 s (the coordinator's CPU and RSS measured), then one more joins and the rounds
+# run: every selected client downloads the weights and pushes a small valid dense update at
+# once, so that a round's time is the coordinator's coordination alone. Prints swarm's
+# report per run; last line:
+#   swarm_n=<largest N with no error> rss_per_client_kb=<at that N>
+#   round_overhead_s_1000=<median first-task-to-next-first-task of 1,000-client mlp_2nn
+#   rounds>
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build="${BUILD_DIR:-build}"
+sizes="${SIZES:-1000 10000}"
+models="${MODELS:-mlp_2nn mnist_cnn}"
+rounds="${ROUNDS:-4}"
+if [ ! -x "$build/server/fedlearn-coordinator" ]; then scripts/build.sh Release >/dev/null; fi
+ninja -C "$build" fedlearn-coordinator swarm >/dev/null
+# A connection per client on both ends of loopback.
+ulimit -n 1048576 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+
+tmp=$(mktemp -d)
+coordinator=""
+cleanup() {
+  [ -n "$coordinator" ] && kill -9 "$coordinator" 2>/dev/null || true
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+lscpu | grep -E '^Model name|^CPU\(s\)' | tr -s ' '
+best_n=0 best_rss="" overhead_1000=""
+for n in $sizes; do
+  for model in $models; do
+    log="$tmp/coordinator-$n-$model.log"
+    "$build/server/fedlearn-coordinator" --port=0 --bind=127.0.0.1 --http_port=0 \
+      --model="$model" --min_clients=$((n + 1)) --clients_per_round=$((n / 10)) \
+      --eval_clients=$((n / 10)) --max_clients=$((n + 1)) --max_rounds="$rounds" \
+      --convergence_threshold=-inf --exit_on_done=false \
+      >"$log" 2>&1 &
+    coordinator=$!
+    port="" http=""
+    for _ in $(seq 100); do
+      port=$(grep -o 'port [0-9]*)' "$log" | grep -o '[0-9]*' || true)
+      http=$(grep -o 'dashboard on http://[0-9.]*:[0-9]*' "$log" | grep -o '[0-9]*$' || true)
+      [ -n "$port" ] && [ -n "$http" ] && break
+      sleep 0.1
+    done
+    echo "== N=$n $model"
+    out="$tmp/swarm-$n-$model.txt"
+    status=0
+    "$build/bench/swarm" --coordinator="127.0.0.1:$port" --http_port="$http" \
+      --coordinator_pid="$coordinator" --clients="$n" | tee "$out" || status=$?
+    kill "$coordinator" 2>/dev/null || true
+    wait "$coordinator" 2>/dev/null || true
+    coordinator=""
+    result=$(grep '^swarm_result' "$out" || true)
+    get() { echo "$result" | grep -o "$1=[^ ]*" | cut -d= -f2; }
+    if [ "$status" = 0 ] && [ "$(get errors)" = 0 ] && [ "$n" -gt "$best_n" ] &&
+       [ "$model" = "$(echo $models | cut -d' ' -f1)" ]; then
+      best_n=$n best_rss=$(get rss_per_client_kb)
+    fi
+    if [ "$n" = 10000 ] && [ "$model" = mlp_2nn ]; then overhead_1000=$(get round_overhead_s); fi
+  done
+done
+echo "swarm_n=$best_n rss_per_client_kb=${best_rss:-na} round_overhead_s_1000=${overhead_1000:-na}"
