@@ -482,8 +482,11 @@ grpc::ServerUnaryReactor* CoordinatorService::GetStatus(
     v1::GetStatusResponse* response) {
   absl::StatusOr<ClientPage> page = ParseClientPage(
       request->client_page_size(), request->client_page_token());
-  if (page.ok()) *response = controller_->GetStatus(*page);
-  return FinishUnary(context, page.status());
+  if (!page.ok()) return FinishUnary(context, page.status());
+  absl::StatusOr<size_t> history = ParseHistorySize(request->history_size());
+  if (!history.ok()) return FinishUnary(context, history.status());
+  *response = controller_->GetStatus(*page, nullptr, *history);
+  return FinishUnary(context, absl::OkStatus());
 }
 
 }  // namespace fedlearn

@@ -1,5 +1,7 @@
 #include "server/history.h"
 
+#include <algorithm>
+#include <cstddef>
 #include <utility>
 
 namespace fedlearn {
@@ -38,9 +40,16 @@ void History::Reject(Rejection reason) {
   Count(reason, &attempt_rejected_);
 }
 
+std::vector<History::Record> History::Latest(size_t n) const {
+  const size_t from = records_.size() - std::min(n, records_.size());
+  return {records_.begin() + static_cast<std::ptrdiff_t>(from), records_.end()};
+}
+
 void History::Restore(std::vector<v1::RoundRecord> records, int64_t bytes_sent,
                       int64_t bytes_received) {
-  records_ = std::move(records);
+  records_.clear();
+  records_.reserve(records.size());
+  for (v1::RoundRecord& r : records) Append(std::move(r));
   bytes_sent_ = bytes_sent;
   bytes_received_ = bytes_received;
 }

@@ -2,6 +2,7 @@
 #define FEDLEARN_SERVER_HISTORY_H_
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "fedlearn/v1/coordinator.pb.h"
@@ -23,8 +24,13 @@ enum class Rejection {
 // The run's record (Flower's History): one RoundRecord per closed or abandoned
 // training round (async mode: per model version) and evaluation attempt, the
 // run's counters and byte totals, and the rejections of the attempt now open.
-// Memory: a RoundRecord per attempt (a few hundred bytes plus the ids of its
-// clients). Not thread-safe: the run controller serialises.
+// Records are immutable once appended and shared: a status or a save takes the
+// pointers it needs under the controller's lock (a pointer per record) and
+// copies the records after releasing it, so neither holds the lock for a
+// time that grows with the run.
+// Memory: a RoundRecord per attempt (a few hundred bytes) and its pointer;
+// 10,000 async versions are a few MB. Not thread-safe: the run controller
+// serialises.
 class History {
  public:
   // A new attempt opens: its rejection counts start at zero.
@@ -35,8 +41,13 @@ class History {
     return attempt_rejected_;
   }
 
-  void Append(v1::RoundRecord record) { records_.push_back(std::move(record)); }
-  const std::vector<v1::RoundRecord>& records() const { return records_; }
+  using Record = std::shared_ptr<const v1::RoundRecord>;
+  void Append(v1::RoundRecord record) {
+    records_.push_back(
+        std::make_shared<const v1::RoundRecord>(std::move(record)));
+  }
+  // The latest `n` records (all of them when there are fewer), oldest first.
+  std::vector<Record> Latest(size_t n) const;
   size_t size() const { return records_.size(); }
 
   RunCounters& counters() { return counters_; }
@@ -53,7 +64,7 @@ class History {
                int64_t bytes_received);
 
  private:
-  std::vector<v1::RoundRecord> records_;
+  std::vector<Record> records_;
   RunCounters counters_;
   v1::RejectionCounts attempt_rejected_;
   int64_t bytes_sent_ = 0;

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 
 #include <chrono>
+#include <limits>
 #include <thread>
 #include <utility>
 
@@ -70,21 +71,27 @@ void HttpServer::Impl::Routes() {
     server->Get(path, handler);
     if (path == "/index.html") server->Get("/", handler);
   }
-  // GetStatus as JSON; ?client_page_size=N&client_page_token=T as in
-  // GetStatusRequest.
+  // GetStatus as JSON; ?client_page_size=N&client_page_token=T&history_size=H
+  // as in GetStatusRequest.
   server->Get("/api/status", [this](const httplib::Request& req,
                                     httplib::Response& res) {
-    int64_t size = 0;
-    if (req.has_param("client_page_size") &&
-        !absl::SimpleAtoi(req.get_param_value("client_page_size"), &size)) {
-      size = -1;
-    }
-    absl::StatusOr<ClientPage> page =
-        ParseClientPage(size, req.get_param_value("client_page_token"));
-    if (!page.ok()) {
+    auto number = [&req](const char* name) -> int64_t {
+      int64_t value = 0;
+      if (req.has_param(name) &&
+          !absl::SimpleAtoi(req.get_param_value(name), &value)) {
+        return -1;  // as malformed as a negative size
+      }
+      return value;
+    };
+    absl::StatusOr<ClientPage> page = ParseClientPage(
+        number("client_page_size"), req.get_param_value("client_page_token"));
+    absl::StatusOr<size_t> history = ParseHistorySize(number("history_size"));
+    if (!page.ok() || !history.ok()) {
       res.status = 400;
-      res.set_content(absl::StrCat(page.status().message(), "\n"),
-                      "text/plain");
+      res.set_content(
+          absl::StrCat((page.ok() ? history.status() : page.status()).message(),
+                       "\n"),
+          "text/plain");
       return;
     }
     google::protobuf::util::JsonPrintOptions options;
@@ -92,7 +99,7 @@ void HttpServer::Impl::Routes() {
     options.preserve_proto_field_names = true;
     std::string json;
     const auto status = google::protobuf::util::MessageToJsonString(
-        controller->GetStatus(*page), &json, options);
+        controller->GetStatus(*page, nullptr, *history), &json, options);
     if (!status.ok()) {
       res.status = 500;
       res.set_content(status.ToString(), "text/plain");
@@ -106,16 +113,17 @@ void HttpServer::Impl::Routes() {
                 res.set_header("Cache-Control", "no-store");
                 res.set_content(Parameters(), kJson);
               });
-  server->Get("/api/history.csv",
-              [this](const httplib::Request&, httplib::Response& res) {
-                const v1::GetStatusResponse status = controller->GetStatus();
-                res.set_header("Cache-Control", "no-store");
-                res.set_header("Content-Disposition",
-                               absl::StrCat("inline; filename=\"fedlearn-",
-                                            status.run_id(), "-history.csv\""));
-                res.set_content(RenderHistoryCsv(status),
-                                "text/csv; charset=utf-8; header=present");
-              });
+  server->Get("/api/history.csv", [this](const httplib::Request&,
+                                         httplib::Response& res) {
+    const v1::GetStatusResponse status = controller->GetStatus(
+        ClientPage{0, 0}, nullptr, std::numeric_limits<size_t>::max());
+    res.set_header("Cache-Control", "no-store");
+    res.set_header("Content-Disposition",
+                   absl::StrCat("inline; filename=\"fedlearn-", status.run_id(),
+                                "-history.csv\""));
+    res.set_content(RenderHistoryCsv(status),
+                    "text/csv; charset=utf-8; header=present");
+  });
   // The current global model as a safetensors file, streamed from the
   // immutable snapshot of the moment of the request: no copy per request, and
   // a new model version meanwhile does not change what this one sends.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -212,9 +213,9 @@ std::function<void()> RunController::SaveLocked() {
   s.set_model_round(version_);
   s.set_mode(std::string(scheduler_->mode()));
   s.set_strategy(strategy_.name);
-  for (const v1::RoundRecord& record : history_.records()) {
-    *s.add_history() = record;
-  }
+  // The records are copied into the state by the save, outside the lock.
+  std::vector<History::Record> records =
+      history_.Latest(std::numeric_limits<size_t>::max());
   if (const std::optional<double> loss = stop_.previous_loss(); loss) {
     s.set_has_previous_train_loss(true);
     s.set_previous_train_loss(*loss);
@@ -229,7 +230,10 @@ std::function<void()> RunController::SaveLocked() {
   privacy_.Save(&s);
   run.weights = global_;
   run.optimizer = strategy_.optimizer->State();
-  return [this, run = std::move(run)] {
+  return [this, run = std::move(run), records = std::move(records)]() mutable {
+    for (const History::Record& record : records) {
+      *run.state.add_history() = *record;
+    }
     if (absl::Status saved = store_->Save(spec_, run); !saved.ok()) {
       Logf("round %d: the run could not be saved: %s", run.state.round(),
            saved.ToString());
@@ -775,21 +779,45 @@ absl::StatusOr<ClientPage> ParseClientPage(int64_t size,
   return page;
 }
 
+absl::StatusOr<size_t> ParseHistorySize(int64_t size) {
+  if (size < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("history_size ", size, " is negative"));
+  }
+  if (size == 0) return kDefaultHistory;
+  return static_cast<size_t>(std::min<int64_t>(size, kMaxHistory));
+}
+
 v1::GetStatusResponse RunController::GetStatus(const ClientPage& page,
-                                               RunCounters* counters) const {
+                                               RunCounters* counters,
+                                               size_t history) const {
   v1::GetStatusResponse status;
+  std::vector<History::Record> records;
+  {
+    absl::MutexLock lock(&mu_);
+    records = history_.Latest(history);
+    status.set_history_total(static_cast<int64_t>(history_.size()));
+    StatusLocked(page, counters, &status);
+  }
+  // The records are immutable: copied without the lock.
+  status.mutable_history()->Reserve(static_cast<int>(records.size()));
+  for (const History::Record& record : records) {
+    *status.add_history() = *record;
+  }
+  return status;
+}
+
+void RunController::StatusLocked(const ClientPage& page, RunCounters* counters,
+                                 v1::GetStatusResponse* out) const {
+  v1::GetStatusResponse& status = *out;
   status.set_run_id(run_id_);
   *status.mutable_model() = spec_proto_;
   status.set_strategy(strategy_.name);
   status.set_strategy_config(strategy_.config.ShortDebugString());
-  absl::MutexLock lock(&mu_);
-  const absl::Time now = absl::Now();  // after the lock: no client seen later
+  const absl::Time now = absl::Now();  // under the lock: no client seen later
   status.set_phase(phase_);
   status.set_round(RoundLocked());
   status.set_stop_reason(stop_reason_);
-  for (const v1::RoundRecord& record : history_.records()) {
-    *status.add_history() = record;
-  }
   auto is_gone = [this, now](const std::string& id)
                      ABSL_NO_THREAD_SAFETY_ANALYSIS {
                        const Client* c = clients_.Find(id);
@@ -860,7 +888,6 @@ v1::GetStatusResponse RunController::GetStatus(const ClientPage& page,
     if (!strategy_.dp.enabled()) info->set_last_update_norm(c.last_update_norm);
     info->set_last_update_round(c.last_update_round);
   }
-  return status;
 }
 
 Weights RunController::global_weights(int64_t* rounds) const {

@@ -45,6 +45,13 @@ struct ClientPage {
 absl::StatusOr<ClientPage> ParseClientPage(int64_t size,
                                            absl::string_view token);
 
+// How many of the latest history records a status carries: 0 asks for
+// kDefaultHistory, more than kMaxHistory gets kMaxHistory. INVALID_ARGUMENT for
+// a negative size.
+inline constexpr size_t kDefaultHistory = 100;
+inline constexpr size_t kMaxHistory = 10000;
+absl::StatusOr<size_t> ParseHistorySize(int64_t size);
+
 // Runs one federated training run: owns the one mutex, the phase machine
 //   WAITING_FOR_CLIENTS -> TRAINING -> ... -> EVALUATING -> DONE,
 // the deadline timer and the global model and its version; asks its parts for
@@ -155,10 +162,13 @@ class RunController {
       const v1::HeartbeatRequest& request);
 
   // The run as GetStatus reports it, listing the clients of `page` (and
-  // counting every one). With `counters`, also the run's counters of the same
-  // moment (one lock), for /metrics.
+  // counting every one) and the latest `history` records (and counting every
+  // one). With `counters`, also the run's counters of the same moment (one
+  // lock), for /metrics. The lock is held for the page and a pointer per
+  // record; the records are copied after it is released.
   v1::GetStatusResponse GetStatus(const ClientPage& page = ClientPage(),
-                                  RunCounters* counters = nullptr) const;
+                                  RunCounters* counters = nullptr,
+                                  size_t history = kDefaultHistory) const;
 
   // The current global weights; with `rounds`, also the number of model
   // versions made (rounds folded into them).
@@ -201,6 +211,10 @@ class RunController {
     void Run();
   };
 
+  // Everything of a status but its history.
+  void StatusLocked(const ClientPage& page, RunCounters* counters,
+                    v1::GetStatusResponse* status) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The round being (or to be) trained; once training stopped, the last one.
   int64_t RoundLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckRunningLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -885,9 +885,13 @@
   // client_page_token): clientPages[clientPage].
   const clientPages = [''];
   let clientPage = 0;
+  // The charts draw the latest HISTORY_SIZE records (a long async run has many more:
+  // /api/history.csv has them all).
+  const HISTORY_SIZE = 1000;
   function statusUrl() {
     const token = clientPages[clientPage];
-    return 'api/status' + (token ? '?client_page_token=' + encodeURIComponent(token) : '');
+    return 'api/status?history_size=' + HISTORY_SIZE +
+        (token ? '&client_page_token=' + encodeURIComponent(token) : '');
   }
 
   function start() {

@@ -734,6 +734,47 @@ TEST_F(CoordinatorServiceTest, GetStatusPagesTheClientListAndCountsThemAll) {
   EXPECT_EQ(reply.client_counts().joined(), 250);
 }
 
+// GetStatus carries the latest records of the history (100 by default, at
+// most 10000) and counts them all, so that a long run's status stays small.
+TEST_F(CoordinatorServiceTest, GetStatusCarriesTheLatestHistoryAndCountsIt) {
+  CoordinatorOptions o = SmallRun();
+  o.min_clients = 1;
+  o.clients_per_round = 1;
+  o.max_rounds = 105;
+  o.convergence_threshold = -std::numeric_limits<double>::infinity();
+  Start(o);
+  auto client = Join();
+  const std::vector<float> zero(NumParameters());
+  for (int round = 1; round <= 105; ++round) {
+    ASSERT_EQ(NextTask(*client).task.type(), v1::TASK_TYPE_TRAIN) << round;
+    ASSERT_TRUE(client->PushUpdate(Header(round, 10, 1.0), zero).ok());
+  }
+  ASSERT_TRUE(server_->controller().AwaitHistory(105, kWait));
+  auto stub = v1::Coordinator::NewStub(channel_);
+  auto get = [&](int history_size, v1::GetStatusResponse* reply) {
+    grpc::ClientContext context;
+    v1::GetStatusRequest request;
+    request.set_history_size(history_size);
+    return stub->GetStatus(&context, request, reply);
+  };
+  v1::GetStatusResponse reply;
+  ASSERT_TRUE(get(0, &reply).ok());
+  EXPECT_EQ(reply.history_total(), 105);
+  ASSERT_EQ(reply.history_size(), 100);
+  EXPECT_EQ(reply.history(0).round(), 6);  // oldest first
+  EXPECT_EQ(reply.history(99).round(), 105);
+  ASSERT_TRUE(get(3, &reply).ok());
+  ASSERT_EQ(reply.history_size(), 3);
+  EXPECT_EQ(reply.history(0).round(), 103);
+  EXPECT_EQ(reply.history(2).round(), 105);
+  ASSERT_TRUE(get(50000, &reply).ok());
+  EXPECT_EQ(reply.history_size(), 105);
+  EXPECT_EQ(reply.history(0).round(), 1);
+  grpc::Status bad = get(-1, &reply);
+  EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(bad.error_message(), HasSubstr("history_size -1"));
+}
+
 TEST_F(CoordinatorServiceTest, TokensAreCheckedOnEveryCall) {
   CoordinatorOptions o = SmallRun();
   o.join_token = "s3cret";

@@ -198,8 +198,18 @@ TEST_F(HttpServerTest, ApiStatusIsGetStatusAsJson) {
   ASSERT_EQ(parsed.clients_size(), 1);
   EXPECT_EQ(parsed.clients(0).client_id(), clients_[2]->client_id());
   EXPECT_EQ(parsed.next_client_page_token(), "");
-  for (const char* bad : {"/api/status?client_page_size=x",
-                          "/api/status?client_page_token=nope"}) {
+  // So is the history: the latest history_size records, all of them counted.
+  page = Get("/api/status?history_size=2");
+  ASSERT_TRUE(page);
+  ASSERT_EQ(page->status, 200);
+  ASSERT_TRUE(
+      google::protobuf::util::JsonStringToMessage(page->body, &parsed).ok());
+  ASSERT_EQ(parsed.history_size(), 2);
+  EXPECT_EQ(parsed.history_total(), 4);  // three rounds and the evaluation
+  EXPECT_TRUE(parsed.history(1).evaluation());
+  for (const char* bad :
+       {"/api/status?client_page_size=x", "/api/status?client_page_token=nope",
+        "/api/status?history_size=-3", "/api/status?history_size=many"}) {
     page = Get(bad);
     ASSERT_TRUE(page);
     EXPECT_EQ(page->status, 400) << bad;
