@@ -27,12 +27,14 @@
 #include <atomic>
 #include <cinttypes>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <queue>
+#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -43,6 +45,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -67,6 +70,19 @@ ABSL_FLAG(int, verify_every, 100,
           "reassemble and verify the download of one client in this many");
 ABSL_FLAG(absl::Duration, timeout, absl::Minutes(15),
           "give up when the run is not DONE by then");
+ABSL_FLAG(double, churn, 0,
+          "soak: after each answered task a client leaves with this "
+          "probability (its next poll hangs up after 100 ms, as a process "
+          "that exits does) and joins again as a new client");
+ABSL_FLAG(double, kill_push, 0,
+          "soak: a push is cut off after its first chunk with this "
+          "probability (a client killed mid-push), and the client joins "
+          "again naming its previous identity (an agent with --session_dir)");
+ABSL_FLAG(bool, sample_rounds, false,
+          "read the coordinator's RSS, open file descriptors and threads at "
+          "every round and print their slope from round 50 on");
+ABSL_FLAG(bool, status_only, false,
+          "print the coordinator's phase, round and history_total and exit");
 
 namespace fedlearn {
 namespace {
@@ -186,9 +202,16 @@ class Swarm;
 struct Sim {
   int index = 0;
   v1::Coordinator::Stub* stub = nullptr;
-  std::string id;
-  std::string token;
   std::atomic<bool> done{false};
+  std::atomic<bool> leaving{false};  // its next poll hangs up (--churn)
+  // Who it is: set at each join, read by every call.
+  absl::Mutex mu;
+  std::string id ABSL_GUARDED_BY(mu);
+  std::string token ABSL_GUARDED_BY(mu);
+  std::pair<std::string, std::string> Identity() {
+    absl::MutexLock lock(&mu);
+    return {id, token};
+  }
 };
 
 class Swarm {
@@ -242,7 +265,7 @@ class Swarm {
         while (owed >= 1) {
           owed -= 1;
           Sim* s = sims_[cursor++ % sims_.size()].get();
-          if (!s->id.empty() && !s->done.load()) Heartbeat(s);
+          if (!s->Identity().first.empty() && !s->done.load()) Heartbeat(s);
         }
         absl::SleepFor(tick);
       }
@@ -287,6 +310,13 @@ class Swarm {
   }
 
   void Poll(Sim* s);
+  void Join(Sim* s, bool name_previous, std::function<void()> then);
+  // The client starts over as a new process would: naming its previous
+  // identity (a restart with its session file) or not (a new client).
+  void Rejoin(Sim* s, bool name_previous);
+  bool Chance(double p);
+  std::atomic<int> retired{0}, restarts{0}, departures{0};
+  std::atomic<int64_t> latest_round{0};  // the latest TRAIN task's round
   void PollAt(Sim* s, absl::Time when) {
     timers_.At(when, [this, s] { Poll(s); });
   }
@@ -305,6 +335,10 @@ class Swarm {
   }
   void TaskHeader(int64_t round, bool train) {
     if (!train) return;
+    int64_t latest = latest_round.load();
+    while (round > latest &&
+           !latest_round.compare_exchange_weak(latest, round)) {
+    }
     absl::MutexLock lock(&mu_);
     RoundSeen& r = rounds_[round];
     r.first_task = std::min(r.first_task, absl::Now());
@@ -378,6 +412,7 @@ class Swarm {
   Timers timers_;
 
   absl::Mutex mu_;
+  std::mt19937_64 random_ ABSL_GUARDED_BY(mu_){1};
   ModelSpec spec_;                               // set by the first join
   std::vector<v1::PushGradientRequest> update_;  // likewise, then read-only
   int joins_pending_ ABSL_GUARDED_BY(mu_) = 0;
@@ -397,38 +432,66 @@ bool IsLate(const grpc::Status& s) {
          s.error_code() == grpc::StatusCode::FAILED_PRECONDITION;
 }
 
-void Authorize(grpc::ClientContext* context, const Sim& s) {
-  context->AddMetadata("authorization", absl::StrCat("Bearer ", s.token));
+void Authorize(grpc::ClientContext* context, Sim& s) {
+  context->AddMetadata("authorization",
+                       absl::StrCat("Bearer ", s.Identity().second));
 }
 
 void Swarm::JoinNext() {
   const int i = next_join_.fetch_add(1);
   if (i >= join_end_) return;
+  Join(sims_[i].get(), /*name_previous=*/false, [this] {
+    JoinNext();
+    absl::MutexLock lock(&mu_);
+    --joins_pending_;
+  });
+}
+
+void Swarm::Join(Sim* s, bool name_previous, std::function<void()> then) {
   struct Call {
     grpc::ClientContext context;
     v1::JoinRequest request;
     v1::JoinResponse response;
   };
   auto* call = new Call;
-  Sim* s = sims_[i].get();
-  call->request.set_display_name(absl::StrCat("swarm-", i));
+  call->request.set_display_name(absl::StrCat("swarm-", s->index));
+  if (name_previous) {
+    auto [id, token] = s->Identity();
+    call->request.set_previous_client_id(id);
+    call->request.set_previous_session_token(token);
+  }
   call->context.set_deadline(
       absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
   s->stub->async()->Join(&call->context, &call->request, &call->response,
-                         [this, call, s](grpc::Status status) {
+                         [this, call, s, then](grpc::Status status) {
                            if (status.ok()) {
                              Learn(call->response);
-                             s->id = call->response.client_id();
-                             s->token = call->response.session_token();
+                             {
+                               absl::MutexLock lock(&s->mu);
+                               s->id = call->response.client_id();
+                               s->token = call->response.session_token();
+                             }
+                             if (!call->response.retired_client_id().empty()) {
+                               ++retired;
+                             }
                              Poll(s);
                            } else {
                              Error("Join", status);
                            }
                            delete call;
-                           JoinNext();
-                           absl::MutexLock lock(&mu_);
-                           --joins_pending_;
+                           if (then) then();
                          });
+}
+
+void Swarm::Rejoin(Sim* s, bool name_previous) {
+  ++(name_previous ? restarts : departures);
+  Join(s, name_previous, nullptr);
+}
+
+bool Swarm::Chance(double p) {
+  if (p <= 0) return false;
+  absl::MutexLock lock(&mu_);
+  return std::uniform_real_distribution<double>(0, 1)(random_) < p;
 }
 
 void Swarm::Heartbeat(Sim* s) {
@@ -441,7 +504,7 @@ void Swarm::Heartbeat(Sim* s) {
   Authorize(&call->context, *s);
   call->context.set_deadline(
       absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
-  call->request.set_client_id(s->id);
+  call->request.set_client_id(s->Identity().first);
   s->stub->async()->Heartbeat(&call->context, &call->request, &call->response,
                               [this, call, s](grpc::Status status) {
                                 // A client told DONE may race its last beat.
@@ -460,7 +523,7 @@ void Swarm::Report(Sim* s, int64_t round) {
   };
   auto* call = new Call;
   Authorize(&call->context, *s);
-  call->request.set_client_id(s->id);
+  call->request.set_client_id(s->Identity().first);
   call->request.set_round(round);
   call->request.set_test_loss(2.3);
   call->request.set_test_accuracy(0.1);
@@ -483,9 +546,13 @@ class PollCall final : public grpc::ClientReadReactor<v1::TaskMessage> {
   PollCall(Swarm* swarm, Sim* s) : swarm_(swarm), s_(s) {
     Authorize(&context_, *s);
     const absl::Duration max_wait = absl::GetFlag(FLAGS_max_wait);
-    context_.set_deadline(
-        absl::ToChronoTime(absl::Now() + max_wait + absl::Minutes(5)));
-    request_.set_client_id(s->id);
+    // A leaving client's poll is cut off from its side after 100 ms: to the
+    // coordinator, the hang-up of a process that exited.
+    leaving_ = s->leaving.exchange(false);
+    context_.set_deadline(absl::ToChronoTime(
+        absl::Now() +
+        (leaving_ ? absl::Milliseconds(100) : max_wait + absl::Minutes(5))));
+    request_.set_client_id(s->Identity().first);
     request_.set_max_wait_ms(absl::ToInt64Milliseconds(max_wait));
     s->stub->async()->RequestUpdate(&context_, &request_, this);
     StartRead(&message_);
@@ -521,6 +588,11 @@ class PollCall final : public grpc::ClientReadReactor<v1::TaskMessage> {
 
  private:
   void Finish(const grpc::Status& status) {
+    if (leaving_ &&
+        status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+      swarm_->Rejoin(s_, /*name_previous=*/false);
+      return;
+    }
     if (!status.ok() || !have_task_) {
       if (status.error_code() != grpc::StatusCode::UNAVAILABLE ||
           !s_->done.load()) {
@@ -560,6 +632,7 @@ class PollCall final : public grpc::ClientReadReactor<v1::TaskMessage> {
         swarm_->ToldDone(s_);
         break;
       default:  // WAIT
+        s_->leaving = swarm_->Chance(absl::GetFlag(FLAGS_churn));
         swarm_->PollAt(
             s_, absl::Now() + absl::Milliseconds(task_.retry_after_ms()));
     }
@@ -567,6 +640,7 @@ class PollCall final : public grpc::ClientReadReactor<v1::TaskMessage> {
 
   Swarm* const swarm_;
   Sim* const s_;
+  bool leaving_ = false;
   grpc::ClientContext context_;
   v1::RequestUpdateRequest request_;
   v1::TaskMessage message_;
@@ -588,11 +662,14 @@ class PushCall final
     : public grpc::ClientWriteReactor<v1::PushGradientRequest> {
  public:
   PushCall(Swarm* swarm, Sim* s, int64_t round)
-      : swarm_(swarm), s_(s), round_(round) {
+      : swarm_(swarm),
+        s_(s),
+        round_(round),
+        killed_(swarm->Chance(absl::GetFlag(FLAGS_kill_push))) {
     Authorize(&context_, *s);
     context_.set_deadline(absl::ToChronoTime(absl::Now() + absl::Minutes(5)));
     v1::UpdateHeader* h = header_.mutable_header();
-    h->set_client_id(s->id);
+    h->set_client_id(s->Identity().first);
     h->set_round(round);
     h->set_num_examples(600);
     h->set_train_loss(0.5);
@@ -606,6 +683,10 @@ class PushCall final
   void OnWriteDone(bool ok) override {
     if (!ok) return;  // the coordinator ended the push; OnDone says why
     const auto& chunks = swarm_->update();
+    if (killed_ && next_ == 1) {
+      context_.TryCancel();  // the process died with its first chunk sent
+      return;
+    }
     if (next_ < chunks.size()) {
       StartWrite(&chunks[next_++]);
     } else {
@@ -615,6 +696,11 @@ class PushCall final
   }
 
   void OnDone(const grpc::Status& status) override {
+    if (killed_ && !status.ok()) {
+      swarm_->Rejoin(s_, /*name_previous=*/true);
+      delete this;
+      return;
+    }
     swarm_->Pushed(round_, status.ok());
     if (!status.ok()) {
       if (IsLate(status)) {
@@ -623,6 +709,7 @@ class PushCall final
         swarm_->Error("PushGradient", status);
       }
     }
+    s_->leaving = swarm_->Chance(absl::GetFlag(FLAGS_churn));
     swarm_->Poll(s_);
     delete this;
   }
@@ -631,6 +718,7 @@ class PushCall final
   Swarm* const swarm_;
   Sim* const s_;
   const int64_t round_;
+  const bool killed_;
   grpc::ClientContext context_;
   v1::PushGradientRequest header_;
   v1::PushGradientResponse response_;
@@ -703,7 +791,89 @@ class Prober {
   std::map<std::string, std::vector<double>> samples_ ABSL_GUARDED_BY(mu_);
 };
 
+// The open file descriptors and threads of `pid`.
+int64_t OpenFds(int pid) {
+  std::error_code error;
+  int64_t n = 0;
+  for (auto it = std::filesystem::directory_iterator(
+           absl::StrCat("/proc/", pid, "/fd"), error);
+       !error && it != std::filesystem::directory_iterator();
+       it.increment(error)) {
+    ++n;
+  }
+  return n;
+}
+int64_t Threads(int pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
+  std::string key;
+  while (in >> key) {
+    if (key == "Threads:") {
+      int64_t n = 0;
+      in >> n;
+      return n;
+    }
+  }
+  return 0;
+}
+
+// Least-squares slope of y over x.
+double Slope(const std::vector<std::pair<double, double>>& points) {
+  const double n = static_cast<double>(points.size());
+  if (n < 2) return 0;
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (const auto& [x, y] : points) {
+    sx += x;
+    sy += y;
+    sxx += x * x;
+    sxy += x * y;
+  }
+  const double d = n * sxx - sx * sx;
+  return d == 0 ? 0 : (n * sxy - sx * sy) / d;
+}
+
+// The coordinator's phase, round and records, counted by outcome.
+int PrintStatus() {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  auto stub = v1::Coordinator::NewStub(
+      grpc::CreateCustomChannel(absl::GetFlag(FLAGS_coordinator),
+                                grpc::InsecureChannelCredentials(), args));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
+  v1::GetStatusRequest request;
+  request.set_history_size(10000);
+  request.set_client_page_size(1);
+  v1::GetStatusResponse status;
+  if (grpc::Status s = stub->GetStatus(&context, request, &status); !s.ok()) {
+    std::printf("status: %s\n", s.error_message().c_str());
+    return 1;
+  }
+  std::map<std::string, int> outcomes;
+  int64_t previous = 0, out_of_order = 0;
+  for (const v1::RoundRecord& r : status.history()) {
+    ++outcomes[absl::StrCat(r.evaluation() ? "evaluation " : "training ",
+                            r.outcome())];
+    if (!r.evaluation()) {
+      // A round is recorded once closed, or once per abandoned attempt.
+      if (r.round() != previous && r.round() != previous + 1) ++out_of_order;
+      previous = r.round();
+    }
+  }
+  std::string counted;
+  for (const auto& [outcome, count] : outcomes) {
+    absl::StrAppend(&counted, " ", absl::StrReplaceAll(outcome, {{" ", "_"}}),
+                    "=", count);
+  }
+  std::printf("status phase=%s round=%" PRId64 " history_total=%" PRId64
+              " clients_joined=%d rounds_out_of_order=%" PRId64 "%s\n",
+              v1::Phase_Name(status.phase()).c_str(), status.round(),
+              status.history_total(), status.client_counts().joined(),
+              out_of_order, counted.c_str());
+  return 0;
+}
+
 int Run() {
+  if (absl::GetFlag(FLAGS_status_only)) return PrintStatus();
   const int n = absl::GetFlag(FLAGS_clients);
   const int pid = absl::GetFlag(FLAGS_coordinator_pid);
   Swarm swarm;
@@ -731,8 +901,27 @@ int Run() {
   // The starter: one more client, and the first round opens.
   prober.Phase("rounds");
   const absl::Time rounds_start = absl::Now();
+  // The coordinator's resources at each round (--sample_rounds).
+  struct Sample {
+    int64_t round, rss_kb, fds, threads;
+  };
+  std::vector<Sample> samples;
+  std::atomic<bool> sampling{absl::GetFlag(FLAGS_sample_rounds) && pid > 0};
+  std::thread sampler([&] {
+    int64_t last = 0;
+    while (sampling.load()) {
+      const int64_t round = swarm.latest_round.load();
+      if (round > last) {
+        samples.push_back({round, RssKb(pid), OpenFds(pid), Threads(pid)});
+        last = round;
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  });
   swarm.JoinRange(n, n + 1, 1);
   const bool done = swarm.AwaitDone(absl::GetFlag(FLAGS_timeout));
+  sampling = false;
+  sampler.join();
   const absl::Duration run_time = absl::Now() - rounds_start;
   const int64_t rss_peak = pid > 0 ? RssKb(pid) : 0;
   swarm.Stop();
@@ -794,6 +983,43 @@ int Run() {
                 examples[what].c_str());
     error_count += count;
   }
+  if (!samples.empty()) {
+    std::vector<std::pair<double, double>> rss, fds, threads;
+    for (const Sample& x : samples) {
+      if (x.round < 50) continue;
+      rss.push_back({static_cast<double>(x.round), x.rss_kb / 1024.0});
+      fds.push_back({static_cast<double>(x.round), static_cast<double>(x.fds)});
+      threads.push_back(
+          {static_cast<double>(x.round), static_cast<double>(x.threads)});
+    }
+    std::string every_50;
+    for (const Sample& x : samples) {
+      if (x.round % 50 == 0) {
+        absl::StrAppendFormat(&every_50, " %d:%.1f", x.round,
+                              x.rss_kb / 1024.0);
+      }
+    }
+    std::printf("coordinator RSS (MiB) by round:%s\n", every_50.c_str());
+    const Sample& first = samples.front();
+    const Sample& last = samples.back();
+    std::printf("coordinator at round %" PRId64 ": RSS %.1f MiB, %" PRId64
+                " fds, %" PRId64 " threads; at round %" PRId64
+                ": RSS %.1f MiB, %" PRId64 " fds, %" PRId64 " threads\n",
+                first.round, first.rss_kb / 1024.0, first.fds, first.threads,
+                last.round, last.rss_kb / 1024.0, last.fds, last.threads);
+    std::printf(
+        "slope from round 50 (%zu rounds sampled): RSS %+.3f MiB, fds %+.3f, "
+        "threads %+.3f per 100 rounds\n",
+        rss.size(), 100 * Slope(rss), 100 * Slope(fds), 100 * Slope(threads));
+    std::printf(
+        "soak_slopes rss_mib_per_100=%.3f fds_per_100=%.3f "
+        "threads_per_100=%.3f\n",
+        100 * Slope(rss), 100 * Slope(fds), 100 * Slope(threads));
+  }
+  std::printf(
+      "clients restarted after a killed push %d, left and replaced %d, "
+      "identities retired %d\n",
+      swarm.restarts.load(), swarm.departures.load(), swarm.retired.load());
   std::printf("downloaded %.1f MB; %d downloads verified chunk by chunk\n",
               swarm.downloaded_bytes() / 1e6, swarm.verified.load());
   std::printf("run %s in %.1f s after the first round opened\n",

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# A long run with clients coming and going (README, "Many clients"): a coordinator with
+# --state_dir, $ROUNDS rounds (300) of mlp_2nn, 10 of 50 scripted clients a round
+# (bench/swarm, 51 with the one that starts the run), where after every task a client
+# leaves with probability $CHURN (0.1: its poll hangs up, a new client joins in its place)
+# and every push is cut off after its first chunk with probability $KILL (0.05: the client
+# was killed mid-push; it restarts naming its old identity, which the coordinator retires).
+# The coordinator's RSS, open file descriptors and threads are read at every round; their
+# slopes from round 50 on are printed. Then the coordinator is SIGKILLed and started again
+# on its state directory, and its status is compared with the one before: same phase,
+# same records. Last line:
+#   soak_rss_mib_per_100=<x> soak_fds_per_100=<x> soak_threads_per_100=<x>
+#   rounds=<training rounds closed> abandoned=<attempts abandoned> state_intact=<0|1>
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build="${BUILD_DIR:-build}"
+rounds="${ROUNDS:-300}"
+churn="${CHURN:-0.1}"
+kill="${KILL:-0.05}"
+if [ ! -x "$build/server/fedlearn-coordinator" ]; then scripts/build.sh Release >/dev/null; fi
+ninja -C "$build" fedlearn-coordinator swarm >/dev/null
+
+tmp=$(mktemp -d)
+coordinator=""
+cleanup() {
+  [ -n "$coordinator" ] && kill -9 "$coordinator" 2>/dev/null || true
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+start() {  # log
+  "$build/server/fedlearn-coordinator" --port=0 --bind=127.0.0.1 --http_port=0 \
+    --model=mlp_2nn --min_clients=51 --clients_per_round=10 --eval_clients=10 \
+    --max_rounds="$rounds" --convergence_threshold=-inf --round_timeout=30s \
+    --exit_on_done=false --state_dir="$tmp/state" >"$1" 2>&1 &
+  coordinator=$!
+  disown "$coordinator"  # SIGKILLed on purpose: no job report
+  port="" http=""
+  for _ in $(seq 100); do
+    port=$(grep -o 'port [0-9]*)' "$1" | grep -o '[0-9]*' || true)
+    http=$(grep -o 'dashboard on http://[0-9.]*:[0-9]*' "$1" | grep -o '[0-9]*$' || true)
+    [ -n "$port" ] && [ -n "$http" ] && break
+    sleep 0.1
+  done
+}
+
+lscpu | grep -E '^Model name|^CPU\(s\)' | tr -s ' '
+start "$tmp/coordinator.log"
+"$build/bench/swarm" --coordinator="127.0.0.1:$port" --http_port="$http" \
+  --coordinator_pid="$coordinator" --clients=50 --idle_seconds=1s --verify_every=10 \
+  --churn="$churn" --kill_push="$kill" --sample_rounds --timeout=60m | tee "$tmp/swarm.txt" || true
+before=$("$build/bench/swarm" --coordinator="127.0.0.1:$port" --status_only)
+echo "before the kill: $before"
+kill -9 "$coordinator"
+while kill -0 "$coordinator" 2>/dev/null; do sleep 0.05; done
+start "$tmp/coordinator-resumed.log"
+after=$("$build/bench/swarm" --coordinator="127.0.0.1:$port" --status_only)
+echo "resumed:         $after"
+# Clients join a resumed run anew; everything else must be as it was.
+intact=0
+[ "$(sed 's/ clients_joined=[0-9]*//' <<<"$before")" = "$(sed 's/ clients_joined=[0-9]*//' <<<"$after")" ] &&
+  grep -q 'phase=PHASE_DONE' <<<"$after" && intact=1
+slopes=$(grep '^soak_slopes' "$tmp/swarm.txt" | cut -d' ' -f2-)
+closed=$(grep -o 'training_[a-z]*=[0-9]*' <<<"$before" | grep -v abandoned |
+  awk -F= '{ n += $2 } END { print n + 0 }')
+abandoned=$(grep -o 'training_abandoned=[0-9]*' <<<"$before" | cut -d= -f2)
+echo "$(sed 's/\([a-z_0-9]*\)=/soak_\1=/g' <<<"$slopes") rounds=${closed:-0} abandoned=${abandoned:-0} state_intact=$intact"
