@@ -50,6 +50,7 @@ start "$tmp/coordinator.log"
   --coordinator_pid="$coordinator" --clients=50 --idle_seconds=1s --verify_every=10 \
   --churn="$churn" --kill_push="$kill" --sample_rounds --timeout=60m | tee "$tmp/swarm.txt" || true
 before=$("$build/bench/swarm" --coordinator="127.0.0.1:$port" --status_only)
+echo "state directory: $(du -sb "$tmp/state" | cut -f1) bytes ($(ls "$tmp/state" | tr '\n' ' '))"
 echo "before the kill: $before"
 kill -9 "$coordinator"
 while kill -0 "$coordinator" 2>/dev/null; do sleep 0.05; done
