@@ -33,6 +33,8 @@ packages=(
   # NodeSource's nodejs, which conflicts with Debian's npm package: fetch-data.sh
   # installs Debian's npm itself when there is no npm command)
   python3 python3-numpy ca-certificates curl procps nodejs
+  # the network-partition test: a network namespace and a veth pair
+  iproute2
   # tests/server/rdp_check.py: the privacy accountant checked by numerical integration
   python3-mpmath
   # the Python SDK (python/) and its tests: the gRPC runtime (its modules come from
