@@ -191,4 +191,13 @@ bool AsyncScheduler::IsTraining(const std::string& client_id) const {
   return open_ && it != clients_.end() && it->second.task != 0;
 }
 
+std::vector<std::string> AsyncScheduler::Training() const {
+  std::vector<std::string> training;
+  if (!open_) return training;
+  for (const auto& [id, client] : clients_) {
+    if (client.task != 0) training.push_back(id);
+  }
+  return training;
+}
+
 }  // namespace fedlearn

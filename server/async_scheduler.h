@@ -69,6 +69,7 @@ class AsyncScheduler final : public Scheduler {
       absl::Time now,
       const std::function<bool(const std::string&)>& is_gone) const override;
   bool IsTraining(const std::string& client_id) const override;
+  std::vector<std::string> Training() const override;
 
   // The factor an update `staleness` versions stale is applied with.
   double Scale(int64_t staleness) const;

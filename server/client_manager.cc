@@ -144,7 +144,7 @@ bool ClientManager::IsReady(const Client& client, absl::Time now) const {
              std::min(options_.ready_window, options_.client_timeout);
 }
 
-std::vector<std::string> ClientManager::Ready(absl::Time now) {
+std::vector<std::string> ClientManager::Ready(absl::Time now) const {
   Prune(&idle_ready_, now, ready_window());
   std::vector<size_t> ready(polling_.begin(), polling_.end());
   for (const auto& [seen, index] : idle_ready_) ready.push_back(index);
@@ -155,12 +155,12 @@ std::vector<std::string> ClientManager::Ready(absl::Time now) {
   return ids;
 }
 
-int ClientManager::CountReady(absl::Time now) {
+int ClientManager::CountReady(absl::Time now) const {
   Prune(&idle_ready_, now, ready_window());
   return static_cast<int>(polling_.size() + idle_ready_.size());
 }
 
-int ClientManager::CountAlive(absl::Time now) {
+int ClientManager::CountAlive(absl::Time now) const {
   Prune(&idle_alive_, now, options_.client_timeout);
   return static_cast<int>(polling_.size() + idle_alive_.size());
 }

@@ -112,11 +112,11 @@ class ClientManager {
   void Seen(Client* client, absl::Time now);
 
   bool IsAlive(const Client& client, absl::Time now) const;
-  int CountAlive(absl::Time now);
+  int CountAlive(absl::Time now) const;
   bool IsReady(const Client& client, absl::Time now) const;
   // Ids of the clients ready at `now`, in join order, and how many that is.
-  std::vector<std::string> Ready(absl::Time now);
-  int CountReady(absl::Time now);
+  std::vector<std::string> Ready(absl::Time now) const;
+  int CountReady(absl::Time now) const;
 
   // `n` of `candidates` (ids of joined clients), drawn without replacement
   // from the seeded sampler: a partial Fisher-Yates shuffle over the
@@ -159,9 +159,10 @@ class ClientManager {
   std::vector<std::unique_ptr<Client>> clients_;  // in join order
   absl::flat_hash_set<size_t> polling_;  // active_polls > 0, not retired
   // Not polling, not retired, and (idle_ready_) not hung up: entries may be
-  // older than their window until the next query prunes them.
-  ByTime idle_ready_;
-  ByTime idle_alive_;
+  // older than their window until the next query prunes them (mutable: pruning
+  // changes no answer, only how fast the next one comes).
+  mutable ByTime idle_ready_;
+  mutable ByTime idle_alive_;
   absl::flat_hash_map<std::string, Client*> by_id_;
   absl::flat_hash_map<std::string, Client*> by_token_;
   std::mt19937_64 sampler_;

@@ -849,32 +849,50 @@ void RunController::StatusLocked(const ClientPage& page, RunCounters* counters,
   status.set_bytes_received(history_.bytes_received());
   status.set_bytes_sent(history_.bytes_sent());
   if (counters != nullptr) *counters = history_.counters();
-  // Every client is counted; only the page's are listed.
+  // Every client is counted, from the kept alive count and the open attempt's
+  // clients (what a status costs grows with the attempt and the page, not
+  // with every client joined); only the page's are listed.
   const std::vector<std::unique_ptr<Client>>& all = clients_.clients();
+  auto is_alive = [this, now](const std::string& id)
+                      ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                        const Client* c = clients_.Find(id);
+                        return c != nullptr && clients_.IsAlive(*c, now);
+                      };
   v1::ClientCounts* counts = status.mutable_client_counts();
-  counts->set_joined(static_cast<int32_t>(all.size()));
+  const int joined = static_cast<int>(all.size());
+  const int alive = clients_.CountAlive(now);
+  int num_evaluating = 0, num_training = 0;
+  if (evaluating != nullptr) {
+    for (const std::string& id : evaluating->selected()) {
+      if (!evaluating->HasAnswered(id) && is_alive(id)) ++num_evaluating;
+    }
+  }
+  if (phase_ == v1::PHASE_TRAINING) {
+    for (const std::string& id : scheduler_->Training()) {
+      if (is_alive(id)) ++num_training;
+    }
+  }
+  counts->set_joined(joined);
+  counts->set_gone(joined - alive);
+  counts->set_evaluating(num_evaluating);
+  counts->set_training(num_training);
+  counts->set_ready(alive - num_evaluating - num_training);
   const size_t page_end =
       std::min(all.size(), page.offset + static_cast<size_t>(page.size));
   if (page_end < all.size()) {
     status.set_next_client_page_token(absl::StrCat(page_end));
   }
-  for (size_t i = 0; i < all.size(); ++i) {
+  for (size_t i = page.offset; i < page_end; ++i) {
     const Client& c = *all[i];
     absl::string_view state = "ready";
     if (!clients_.IsAlive(c, now)) {
       state = "gone";
-      counts->set_gone(counts->gone() + 1);
     } else if (evaluating != nullptr && evaluating->IsSelected(c.id) &&
                !evaluating->HasAnswered(c.id)) {
       state = "evaluating";
-      counts->set_evaluating(counts->evaluating() + 1);
     } else if (phase_ == v1::PHASE_TRAINING && scheduler_->IsTraining(c.id)) {
       state = "training";
-      counts->set_training(counts->training() + 1);
-    } else {
-      counts->set_ready(counts->ready() + 1);
     }
-    if (i < page.offset || i >= page_end) continue;
     v1::ClientInfo* info = status.add_clients();
     info->set_client_id(c.id);
     info->set_display_name(c.display_name);

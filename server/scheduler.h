@@ -130,8 +130,11 @@ class Scheduler {
   virtual std::optional<v1::RoundRecord> OpenRecord(
       absl::Time now,
       const std::function<bool(const std::string&)>& is_gone) const = 0;
-  // The clients a status should show as training.
+  // The clients a status should show as training: whether one is, and all of
+  // them (as many as are training: a status counts them without a pass over
+  // every client).
   virtual bool IsTraining(const std::string& client_id) const = 0;
+  virtual std::vector<std::string> Training() const = 0;
 };
 
 }  // namespace fedlearn

@@ -172,4 +172,13 @@ bool SyncScheduler::IsTraining(const std::string& client_id) const {
          !cohort_->HasAnswered(client_id);
 }
 
+std::vector<std::string> SyncScheduler::Training() const {
+  std::vector<std::string> training;
+  if (cohort_ == nullptr) return training;
+  for (const std::string& id : cohort_->selected()) {
+    if (!cohort_->HasAnswered(id)) training.push_back(id);
+  }
+  return training;
+}
+
 }  // namespace fedlearn

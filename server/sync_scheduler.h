@@ -55,6 +55,7 @@ class SyncScheduler final : public Scheduler {
       absl::Time now,
       const std::function<bool(const std::string&)>& is_gone) const override;
   bool IsTraining(const std::string& client_id) const override;
+  std::vector<std::string> Training() const override;
 
  private:
   const Options options_;
