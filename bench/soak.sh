@@ -21,27 +21,11 @@ if [ ! -x "$build/server/fedlearn-coordinator" ]; then scripts/build.sh Release 
 ninja -C "$build" fedlearn-coordinator swarm >/dev/null
 
 tmp=$(mktemp -d)
-coordinator=""
-cleanup() {
-  [ -n "$coordinator" ] && kill -9 "$coordinator" 2>/dev/null || true
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-
+source bench/coordinator.sh
 start() {  # log
-  "$build/server/fedlearn-coordinator" --port=0 --bind=127.0.0.1 --http_port=0 \
-    --model=mlp_2nn --min_clients=51 --clients_per_round=10 --eval_clients=10 \
-    --max_rounds="$rounds" --convergence_threshold=-inf --round_timeout=30s \
-    --exit_on_done=false --state_dir="$tmp/state" >"$1" 2>&1 &
-  coordinator=$!
-  disown "$coordinator"  # SIGKILLed on purpose: no job report
-  port="" http=""
-  for _ in $(seq 100); do
-    port=$(grep -o 'port [0-9]*)' "$1" | grep -o '[0-9]*' || true)
-    http=$(grep -o 'dashboard on http://[0-9.]*:[0-9]*' "$1" | grep -o '[0-9]*$' || true)
-    [ -n "$port" ] && [ -n "$http" ] && break
-    sleep 0.1
-  done
+  start_coordinator "$1" --model=mlp_2nn --min_clients=51 --clients_per_round=10 \
+    --eval_clients=10 --max_rounds="$rounds" --convergence_threshold=-inf \
+    --round_timeout=30s --state_dir="$tmp/state"
 }
 
 lscpu | grep -E '^Model name|^CPU\(s\)' | tr -s ' '
@@ -52,8 +36,7 @@ start "$tmp/coordinator.log"
 before=$("$build/bench/swarm" --coordinator="127.0.0.1:$port" --status_only)
 echo "state directory: $(du -sb "$tmp/state" | cut -f1) bytes ($(ls "$tmp/state" | tr '\n' ' '))"
 echo "before the kill: $before"
-kill -9 "$coordinator"
-while kill -0 "$coordinator" 2>/dev/null; do sleep 0.05; done
+stop_coordinator -9
 start "$tmp/coordinator-resumed.log"
 after=$("$build/bench/swarm" --coordinator="127.0.0.1:$port" --status_only)
 echo "resumed:         $after"
@@ -61,8 +44,8 @@ echo "resumed:         $after"
 intact=0
 [ "$(sed 's/ clients_joined=[0-9]*//' <<<"$before")" = "$(sed 's/ clients_joined=[0-9]*//' <<<"$after")" ] &&
   grep -q 'phase=PHASE_DONE' <<<"$after" && intact=1
-slopes=$(grep '^soak_slopes' "$tmp/swarm.txt" | cut -d' ' -f2-)
+slopes=$(grep '^soak_slopes' "$tmp/swarm.txt" | cut -d' ' -f2- || true)
 closed=$(grep -o 'training_[a-z]*=[0-9]*' <<<"$before" | grep -v abandoned |
   awk -F= '{ n += $2 } END { print n + 0 }')
-abandoned=$(grep -o 'training_abandoned=[0-9]*' <<<"$before" | cut -d= -f2)
+abandoned=$(grep -o 'training_abandoned=[0-9]*' <<<"$before" | cut -d= -f2 || true)
 echo "$(sed 's/\([a-z_0-9]*\)=/soak_\1=/g' <<<"$slopes") rounds=${closed:-0} abandoned=${abandoned:-0} state_intact=$intact"

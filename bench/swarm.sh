@@ -22,39 +22,22 @@ ninja -C "$build" fedlearn-coordinator swarm >/dev/null
 ulimit -n 1048576 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 
 tmp=$(mktemp -d)
-coordinator=""
-cleanup() {
-  [ -n "$coordinator" ] && kill -9 "$coordinator" 2>/dev/null || true
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
+source bench/coordinator.sh
 
 lscpu | grep -E '^Model name|^CPU\(s\)' | tr -s ' '
 best_n=0 best_rss="" overhead_1000=""
 for n in $sizes; do
   for model in $models; do
-    log="$tmp/coordinator-$n-$model.log"
-    "$build/server/fedlearn-coordinator" --port=0 --bind=127.0.0.1 --http_port=0 \
+    start_coordinator "$tmp/coordinator-$n-$model.log" \
       --model="$model" --min_clients=$((n + 1)) --clients_per_round=$((n / 10)) \
       --eval_clients=$((n / 10)) --max_clients=$((n + 1)) --max_rounds="$rounds" \
-      --convergence_threshold=-inf --exit_on_done=false \
-      >"$log" 2>&1 &
-    coordinator=$!
-    port="" http=""
-    for _ in $(seq 100); do
-      port=$(grep -o 'port [0-9]*)' "$log" | grep -o '[0-9]*' || true)
-      http=$(grep -o 'dashboard on http://[0-9.]*:[0-9]*' "$log" | grep -o '[0-9]*$' || true)
-      [ -n "$port" ] && [ -n "$http" ] && break
-      sleep 0.1
-    done
+      --convergence_threshold=-inf
     echo "== N=$n $model"
     out="$tmp/swarm-$n-$model.txt"
     status=0
     "$build/bench/swarm" --coordinator="127.0.0.1:$port" --http_port="$http" \
       --coordinator_pid="$coordinator" --clients="$n" | tee "$out" || status=$?
-    kill "$coordinator" 2>/dev/null || true
-    wait "$coordinator" 2>/dev/null || true
-    coordinator=""
+    stop_coordinator
     result=$(grep '^swarm_result' "$out" || true)
     get() { echo "$result" | grep -o "$1=[^ ]*" | cut -d= -f2; }
     if [ "$status" = 0 ] && [ "$(get errors)" = 0 ] && [ "$n" -gt "$best_n" ] &&
