@@ -21,21 +21,17 @@
 #include <grpcpp/create_channel.h>
 #include <grpcpp/support/client_callback.h>
 #include <httplib.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cinttypes>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <queue>
 #include <random>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -49,6 +45,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "bench/process_stats.h"
 #include "common/flags.h"
 #include "common/model_spec.h"
 #include "common/tensor_codec.h"
@@ -150,51 +147,6 @@ struct RoundSeen {
   int accepted = 0;
   int rejected = 0;
 };
-
-struct Percentiles {
-  double p50 = 0, p99 = 0;
-  size_t n = 0;
-};
-Percentiles Of(std::vector<double> v) {
-  Percentiles p;
-  p.n = v.size();
-  if (v.empty()) return p;
-  std::sort(v.begin(), v.end());
-  p.p50 = v[v.size() / 2];
-  p.p99 = v[std::min(v.size() - 1, v.size() * 99 / 100)];
-  return p;
-}
-
-int64_t RssKb(int pid) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
-  std::string key;
-  while (in >> key) {
-    if (key == "VmRSS:") {
-      int64_t kb = 0;
-      in >> kb;
-      return kb;
-    }
-  }
-  return 0;
-}
-
-// User + system CPU seconds of `pid`.
-double CpuSeconds(int pid) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
-  std::string line;
-  std::getline(in, line);
-  // Fields after the parenthesised command name; utime and stime are the
-  // 14th and 15th fields of the whole line.
-  const size_t close = line.rfind(')');
-  if (close == std::string::npos) return 0;
-  std::istringstream rest(line.substr(close + 2));
-  std::string field;
-  double ticks = 0;
-  for (int i = 3; i <= 15 && rest >> field; ++i) {
-    if (i == 14 || i == 15) ticks += std::stod(field);
-  }
-  return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
-}
 
 class Swarm;
 
@@ -790,46 +742,6 @@ class Prober {
   std::string label_ ABSL_GUARDED_BY(mu_) = "idle";
   std::map<std::string, std::vector<double>> samples_ ABSL_GUARDED_BY(mu_);
 };
-
-// The open file descriptors and threads of `pid`.
-int64_t OpenFds(int pid) {
-  std::error_code error;
-  int64_t n = 0;
-  for (auto it = std::filesystem::directory_iterator(
-           absl::StrCat("/proc/", pid, "/fd"), error);
-       !error && it != std::filesystem::directory_iterator();
-       it.increment(error)) {
-    ++n;
-  }
-  return n;
-}
-int64_t Threads(int pid) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
-  std::string key;
-  while (in >> key) {
-    if (key == "Threads:") {
-      int64_t n = 0;
-      in >> n;
-      return n;
-    }
-  }
-  return 0;
-}
-
-// Least-squares slope of y over x.
-double Slope(const std::vector<std::pair<double, double>>& points) {
-  const double n = static_cast<double>(points.size());
-  if (n < 2) return 0;
-  double sx = 0, sy = 0, sxx = 0, sxy = 0;
-  for (const auto& [x, y] : points) {
-    sx += x;
-    sy += y;
-    sxx += x * x;
-    sxy += x * y;
-  }
-  const double d = n * sxx - sx * sx;
-  return d == 0 ? 0 : (n * sxy - sx * sy) / d;
-}
 
 // The coordinator's phase, round and records, counted by outcome.
 int PrintStatus() {

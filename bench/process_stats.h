@@ -1,0 +1,33 @@
+#ifndef FEDLEARN_BENCH_PROCESS_STATS_H_
+#define FEDLEARN_BENCH_PROCESS_STATS_H_
+
+// What the benchmarks read about a process from /proc, and the statistics they
+// print of their samples.
+
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+namespace fedlearn {
+
+// The median and 99th percentile of `v` (nearest rank), and its size.
+struct Percentiles {
+  double p50 = 0, p99 = 0;
+  size_t n = 0;
+};
+Percentiles Of(std::vector<double> v);
+
+// Of process `pid`: resident memory in KiB, user + system CPU seconds, open
+// file descriptors and threads (0 when /proc does not say).
+int64_t RssKb(int pid);
+double CpuSeconds(int pid);
+int64_t OpenFds(int pid);
+int64_t Threads(int pid);
+
+// Least-squares slope of y over x (0 for fewer than two points).
+double Slope(const std::vector<std::pair<double, double>>& points);
+
+}  // namespace fedlearn
+
+#endif  // FEDLEARN_BENCH_PROCESS_STATS_H_
