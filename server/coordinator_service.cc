@@ -98,23 +98,23 @@ class CoordinatorService::TaskWriter final
       Finish(ToGrpcStatus(task.status()));
       return;
     }
-    task_ = *std::move(task);
+    const Task& t = *task;
     v1::Task* header = message_.mutable_task();
-    header->set_type(task_.type);
-    header->set_round(task_.round);
-    header->set_run_validation(task_.run_validation);
-    header->set_retry_after_ms(absl::ToInt64Milliseconds(task_.retry_after));
-    if (task_.deadline != absl::InfiniteFuture()) {
+    header->set_type(t.type);
+    header->set_round(t.round);
+    header->set_run_validation(t.run_validation);
+    header->set_retry_after_ms(absl::ToInt64Milliseconds(t.retry_after));
+    if (t.deadline != absl::InfiniteFuture()) {
       header->set_deadline_ms(std::max<int64_t>(
-          0, absl::ToInt64Milliseconds(task_.deadline - absl::Now())));
+          0, absl::ToInt64Milliseconds(t.deadline - absl::Now())));
     }
-    if (task_.weights != nullptr) {
-      encoded_ = service_->Encode(task_.weights);
+    if (t.weights != nullptr) {
+      encoded_ = service_->Encode(t.weights);
       header->set_num_tensors(
           static_cast<int32_t>(controller_->spec().tensors.size()));
       header->set_payload_bytes(encoded_->payload_bytes);
     }
-    if (task_.plan != nullptr) *header->mutable_plan() = *task_.plan;
+    if (t.plan != nullptr) *header->mutable_plan() = *t.plan;
     service_->Watch(this, absl::Now());
     StartWrite(&message_);
   }
@@ -124,8 +124,8 @@ class CoordinatorService::TaskWriter final
   RunController* const controller_;
   const std::string client_id_;
   std::atomic<uint64_t> poll_id_{0};
-  Task task_;
-  // The weights' chunks, kept alive while they are written.
+  // The weights' chunks (holding the snapshot), kept alive while they are
+  // written.
   std::shared_ptr<const EncodedWeights> encoded_;
   size_t next_chunk_ = 0;
   v1::TaskMessage message_;  // the task header
@@ -480,13 +480,11 @@ grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(
 grpc::ServerUnaryReactor* CoordinatorService::GetStatus(
     grpc::CallbackServerContext* context, const v1::GetStatusRequest* request,
     v1::GetStatusResponse* response) {
-  absl::StatusOr<ClientPage> page = ParseClientPage(
-      request->client_page_size(), request->client_page_token());
-  if (!page.ok()) return FinishUnary(context, page.status());
-  absl::StatusOr<size_t> history = ParseHistorySize(request->history_size());
-  if (!history.ok()) return FinishUnary(context, history.status());
-  *response = controller_->GetStatus(*page, nullptr, *history);
-  return FinishUnary(context, absl::OkStatus());
+  absl::StatusOr<StatusQuery> query = ParseStatusRequest(*request);
+  if (query.ok()) {
+    *response = controller_->GetStatus(query->page, nullptr, query->history);
+  }
+  return FinishUnary(context, query.status());
 }
 
 }  // namespace fedlearn

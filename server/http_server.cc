@@ -75,23 +75,27 @@ void HttpServer::Impl::Routes() {
   // as in GetStatusRequest.
   server->Get("/api/status", [this](const httplib::Request& req,
                                     httplib::Response& res) {
-    auto number = [&req](const char* name) -> int64_t {
-      int64_t value = 0;
+    // The query string is a GetStatusRequest, checked as the RPC's is.
+    v1::GetStatusRequest request;
+    absl::Status bad;
+    auto number = [&req, &bad](const char* name) {
+      int32_t value = 0;
       if (req.has_param(name) &&
           !absl::SimpleAtoi(req.get_param_value(name), &value)) {
-        return -1;  // as malformed as a negative size
+        bad = absl::InvalidArgumentError(absl::StrCat(
+            name, " \"", req.get_param_value(name), "\" is not a number"));
       }
       return value;
     };
-    absl::StatusOr<ClientPage> page = ParseClientPage(
-        number("client_page_size"), req.get_param_value("client_page_token"));
-    absl::StatusOr<size_t> history = ParseHistorySize(number("history_size"));
-    if (!page.ok() || !history.ok()) {
+    request.set_client_page_size(number("client_page_size"));
+    request.set_history_size(number("history_size"));
+    request.set_client_page_token(req.get_param_value("client_page_token"));
+    absl::StatusOr<StatusQuery> query =
+        bad.ok() ? ParseStatusRequest(request) : bad;
+    if (!query.ok()) {
       res.status = 400;
-      res.set_content(
-          absl::StrCat((page.ok() ? history.status() : page.status()).message(),
-                       "\n"),
-          "text/plain");
+      res.set_content(absl::StrCat(query.status().message(), "\n"),
+                      "text/plain");
       return;
     }
     google::protobuf::util::JsonPrintOptions options;
@@ -99,7 +103,8 @@ void HttpServer::Impl::Routes() {
     options.preserve_proto_field_names = true;
     std::string json;
     const auto status = google::protobuf::util::MessageToJsonString(
-        controller->GetStatus(*page, nullptr, *history), &json, options);
+        controller->GetStatus(query->page, nullptr, query->history), &json,
+        options);
     if (!status.ok()) {
       res.status = 500;
       res.set_content(status.ToString(), "text/plain");

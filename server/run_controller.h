@@ -39,18 +39,21 @@ struct ClientPage {
   int size = 100;
 };
 
-// The page a GetStatusRequest asks for: a size of 0 is 100, above 1000 is
-// 1000; the token is one a status gave (next_client_page_token).
-// INVALID_ARGUMENT for a negative size or a token no status gave.
-absl::StatusOr<ClientPage> ParseClientPage(int64_t size,
-                                           absl::string_view token);
-
-// How many of the latest history records a status carries: 0 asks for
-// kDefaultHistory, more than kMaxHistory gets kMaxHistory. INVALID_ARGUMENT for
-// a negative size.
+// How many of the latest history records a status carries by default, and
+// at most.
 inline constexpr size_t kDefaultHistory = 100;
 inline constexpr size_t kMaxHistory = 10000;
-absl::StatusOr<size_t> ParseHistorySize(int64_t size);
+
+// What a GetStatusRequest asks a status to show: a page of clients (size 0 is
+// 100, above 1000 is 1000; the token one a status gave, next_client_page_token)
+// and the latest `history` records (0 is kDefaultHistory, above kMaxHistory is
+// kMaxHistory). INVALID_ARGUMENT for a negative size or a token no status gave.
+struct StatusQuery {
+  ClientPage page;
+  size_t history = kDefaultHistory;
+};
+absl::StatusOr<StatusQuery> ParseStatusRequest(
+    const v1::GetStatusRequest& request);
 
 // Runs one federated training run: owns the one mutex, the phase machine
 //   WAITING_FOR_CLIENTS -> TRAINING -> ... -> EVALUATING -> DONE,

@@ -12,6 +12,8 @@
 
 namespace fedlearn {
 
+namespace {
+
 absl::StatusOr<ClientPage> ParseClientPage(int64_t size,
                                            absl::string_view token) {
   static constexpr int kDefault = 100;
@@ -38,6 +40,21 @@ absl::StatusOr<size_t> ParseHistorySize(int64_t size) {
   }
   if (size == 0) return kDefaultHistory;
   return static_cast<size_t>(std::min<int64_t>(size, kMaxHistory));
+}
+
+}  // namespace
+
+absl::StatusOr<StatusQuery> ParseStatusRequest(
+    const v1::GetStatusRequest& request) {
+  StatusQuery query;
+  absl::StatusOr<ClientPage> page =
+      ParseClientPage(request.client_page_size(), request.client_page_token());
+  if (!page.ok()) return page.status();
+  query.page = *page;
+  absl::StatusOr<size_t> history = ParseHistorySize(request.history_size());
+  if (!history.ok()) return history.status();
+  query.history = *history;
+  return query;
 }
 
 v1::GetStatusResponse RunController::GetStatus(const ClientPage& page,

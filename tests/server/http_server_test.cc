@@ -214,6 +214,13 @@ TEST_F(HttpServerTest, ApiStatusIsGetStatusAsJson) {
     ASSERT_TRUE(page);
     EXPECT_EQ(page->status, 400) << bad;
   }
+  // Each says what was wrong, as the RPC would.
+  page = Get("/api/status?history_size=many");
+  ASSERT_TRUE(page);
+  EXPECT_EQ(page->body, "history_size \"many\" is not a number\n");
+  page = Get("/api/status?history_size=-3");
+  ASSERT_TRUE(page);
+  EXPECT_EQ(page->body, "history_size -3 is negative\n");
 }
 
 TEST_F(HttpServerTest, OpenRoundIsReportedWhileItRuns) {
