@@ -399,40 +399,59 @@ void Swarm::JoinNext() {
   });
 }
 
-void Swarm::Join(Sim* s, bool name_previous, std::function<void()> then) {
+// Starts the unary call `method` of `s`'s stub with `request`, within
+// `timeout`, with its session token when `authorize`; `done` gets the status
+// and the response once it ends.
+template <typename Request, typename Response>
+void CallUnary(Sim* s,
+               void (v1::Coordinator::StubInterface::async_interface::*method)(
+                   grpc::ClientContext*, const Request*, Response*,
+                   std::function<void(grpc::Status)>),
+               Request request, bool authorize, absl::Duration timeout,
+               std::function<void(const grpc::Status&, const Response&)> done) {
   struct Call {
     grpc::ClientContext context;
-    v1::JoinRequest request;
-    v1::JoinResponse response;
+    Request request;
+    Response response;
   };
   auto* call = new Call;
-  call->request.set_display_name(absl::StrCat("swarm-", s->index));
+  call->request = std::move(request);
+  if (authorize) Authorize(&call->context, *s);
+  call->context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  (s->stub->async()->*method)(&call->context, &call->request, &call->response,
+                              [call, done](grpc::Status status) {
+                                done(status, call->response);
+                                delete call;
+                              });
+}
+
+void Swarm::Join(Sim* s, bool name_previous, std::function<void()> then) {
+  v1::JoinRequest request;
+  request.set_display_name(absl::StrCat("swarm-", s->index));
   if (name_previous) {
     auto [id, token] = s->Identity();
-    call->request.set_previous_client_id(id);
-    call->request.set_previous_session_token(token);
+    request.set_previous_client_id(id);
+    request.set_previous_session_token(token);
   }
-  call->context.set_deadline(
-      absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
-  s->stub->async()->Join(&call->context, &call->request, &call->response,
-                         [this, call, s, then](grpc::Status status) {
-                           if (status.ok()) {
-                             Learn(call->response);
-                             {
-                               absl::MutexLock lock(&s->mu);
-                               s->id = call->response.client_id();
-                               s->token = call->response.session_token();
-                             }
-                             if (!call->response.retired_client_id().empty()) {
-                               ++retired;
-                             }
-                             Poll(s);
-                           } else {
-                             Error("Join", status);
-                           }
-                           delete call;
-                           if (then) then();
-                         });
+  CallUnary<v1::JoinRequest, v1::JoinResponse>(
+      s, &v1::Coordinator::StubInterface::async_interface::Join,
+      std::move(request), /*authorize=*/false, absl::Seconds(60),
+      [this, s, then](const grpc::Status& status,
+                      const v1::JoinResponse& joined) {
+        if (status.ok()) {
+          Learn(joined);
+          {
+            absl::MutexLock lock(&s->mu);
+            s->id = joined.client_id();
+            s->token = joined.session_token();
+          }
+          if (!joined.retired_client_id().empty()) ++retired;
+          Poll(s);
+        } else {
+          Error("Join", status);
+        }
+        if (then) then();
+      });
 }
 
 void Swarm::Rejoin(Sim* s, bool name_previous) {
@@ -447,49 +466,35 @@ bool Swarm::Chance(double p) {
 }
 
 void Swarm::Heartbeat(Sim* s) {
-  struct Call {
-    grpc::ClientContext context;
-    v1::HeartbeatRequest request;
-    v1::HeartbeatResponse response;
-  };
-  auto* call = new Call;
-  Authorize(&call->context, *s);
-  call->context.set_deadline(
-      absl::ToChronoTime(absl::Now() + absl::Seconds(30)));
-  call->request.set_client_id(s->Identity().first);
-  s->stub->async()->Heartbeat(&call->context, &call->request, &call->response,
-                              [this, call, s](grpc::Status status) {
-                                // A client told DONE may race its last beat.
-                                if (!status.ok() && !s->done.load()) {
-                                  Error("Heartbeat", status);
-                                }
-                                delete call;
-                              });
+  v1::HeartbeatRequest request;
+  request.set_client_id(s->Identity().first);
+  CallUnary<v1::HeartbeatRequest, v1::HeartbeatResponse>(
+      s, &v1::Coordinator::StubInterface::async_interface::Heartbeat,
+      std::move(request), /*authorize=*/true, absl::Seconds(30),
+      [this, s](const grpc::Status& status, const v1::HeartbeatResponse&) {
+        // A client told DONE may race its last beat.
+        if (!status.ok() && !s->done.load()) Error("Heartbeat", status);
+      });
 }
 
 void Swarm::Report(Sim* s, int64_t round) {
-  struct Call {
-    grpc::ClientContext context;
-    v1::ReportEvalRequest request;
-    v1::ReportEvalResponse response;
-  };
-  auto* call = new Call;
-  Authorize(&call->context, *s);
-  call->request.set_client_id(s->Identity().first);
-  call->request.set_round(round);
-  call->request.set_test_loss(2.3);
-  call->request.set_test_accuracy(0.1);
-  call->request.set_num_examples(100);
-  s->stub->async()->ReportEval(&call->context, &call->request, &call->response,
-                               [this, call, s](grpc::Status status) {
-                                 if (IsLate(status)) {
-                                   Late("ReportEval", status);
-                                 } else if (!status.ok()) {
-                                   Error("ReportEval", status);
-                                 }
-                                 delete call;
-                                 Poll(s);
-                               });
+  v1::ReportEvalRequest request;
+  request.set_client_id(s->Identity().first);
+  request.set_round(round);
+  request.set_test_loss(2.3);
+  request.set_test_accuracy(0.1);
+  request.set_num_examples(100);
+  CallUnary<v1::ReportEvalRequest, v1::ReportEvalResponse>(
+      s, &v1::Coordinator::StubInterface::async_interface::ReportEval,
+      std::move(request), /*authorize=*/true, absl::Seconds(30),
+      [this, s](const grpc::Status& status, const v1::ReportEvalResponse&) {
+        if (IsLate(status)) {
+          Late("ReportEval", status);
+        } else if (!status.ok()) {
+          Error("ReportEval", status);
+        }
+        Poll(s);
+      });
 }
 
 // A long poll and, for TRAIN and EVALUATE, the weights that follow.
