@@ -23,18 +23,25 @@ Percentiles Of(std::vector<double> v) {
   return p;
 }
 
-int64_t RssKb(int pid) {
+namespace {
+
+// The number after `key` ("VmRSS:", "Threads:") in /proc/PID/status, or 0.
+int64_t StatusField(int pid, const std::string& key) {
   std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
-  std::string key;
-  while (in >> key) {
-    if (key == "VmRSS:") {
-      int64_t kb = 0;
-      in >> kb;
-      return kb;
+  std::string word;
+  while (in >> word) {
+    if (word == key) {
+      int64_t value = 0;
+      in >> value;
+      return value;
     }
   }
   return 0;
 }
+
+}  // namespace
+
+int64_t RssKb(int pid) { return StatusField(pid, "VmRSS:"); }
 
 double CpuSeconds(int pid) {
   std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
@@ -64,18 +71,8 @@ int64_t OpenFds(int pid) {
   }
   return n;
 }
-int64_t Threads(int pid) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
-  std::string key;
-  while (in >> key) {
-    if (key == "Threads:") {
-      int64_t n = 0;
-      in >> n;
-      return n;
-    }
-  }
-  return 0;
-}
+
+int64_t Threads(int pid) { return StatusField(pid, "Threads:"); }
 
 double Slope(const std::vector<std::pair<double, double>>& points) {
   const double n = static_cast<double>(points.size());
