@@ -69,7 +69,21 @@ void StagingPool::Release(uint64_t id, Buffer buffer, absl::Time now) {
   Callback next;
   {
     absl::MutexLock lock(&mu_);
-    leases_.erase(id);
+    auto it = leases_.find(id);
+    if (it != leases_.end()) {
+      const Held& held = it->second;
+      const double seconds = absl::ToDoubleSeconds(now - held.granted);
+      if (!held.reclaimed && held.bytes > 0 && seconds > 0) {
+        const double rate = static_cast<double>(held.bytes) / seconds;
+        if (recent_rates_.size() < kRecentUploads) {
+          recent_rates_.push_back(rate);
+        } else {
+          recent_rates_[next_rate_] = rate;
+        }
+        next_rate_ = (next_rate_ + 1) % kRecentUploads;
+      }
+      leases_.erase(it);
+    }
     if (waiters_.empty()) {
       free_.push_back(std::move(buffer));
       return;
@@ -80,6 +94,25 @@ void StagingPool::Release(uint64_t id, Buffer buffer, absl::Time now) {
     waiters_.pop_front();
   }
   next(std::move(buffer));
+}
+
+std::pair<double, std::string> StagingPool::SlowBarLocked() const {
+  std::pair<double, std::string> bar{
+      policy_.min_rate,
+      absl::StrFormat("--min_upload_rate=%.0f bytes/s", policy_.min_rate)};
+  if (recent_rates_.empty()) return bar;
+  std::vector<double> rates = recent_rates_;
+  auto middle = rates.begin() + static_cast<std::ptrdiff_t>(rates.size() / 2);
+  std::nth_element(rates.begin(), middle, rates.end());
+  const double peers = kPeerRateFraction * *middle;
+  if (peers < bar.first) {
+    bar = {peers,
+           absl::StrFormat("%.0f bytes/s (1/%.0f of the median rate of "
+                           "the last %d uploads; --min_upload_rate=%.0f)",
+                           peers, 1 / kPeerRateFraction, rates.size(),
+                           policy_.min_rate)};
+  }
+  return bar;
 }
 
 std::vector<StagingPool::Reclaimed> StagingPool::Reclaim(absl::Time now) {
@@ -107,13 +140,14 @@ std::vector<StagingPool::Reclaimed> StagingPool::Reclaim(absl::Time now) {
     double rate;
     uint64_t id;
   };
+  const auto [bar, bar_reason] = SlowBarLocked();
   std::vector<Slow> slow;
   for (const auto& [id, lease] : leases_) {
     const absl::Duration held = now - lease.granted;
     if (lease.reclaimed || held < policy_.grace) continue;
     const double rate =
         static_cast<double>(lease.bytes) / absl::ToDoubleSeconds(held);
-    if (rate < policy_.min_rate) slow.push_back({rate, id});
+    if (rate < bar) slow.push_back({rate, id});
   }
   std::sort(slow.begin(), slow.end(), [](const Slow& a, const Slow& b) {
     return a.rate < b.rate || (a.rate == b.rate && a.id < b.id);
@@ -121,13 +155,12 @@ std::vector<StagingPool::Reclaimed> StagingPool::Reclaim(absl::Time now) {
   for (size_t i = 0; i < slow.size() && i < wanted; ++i) {
     take(slow[i].id, leases_[slow[i].id],
          absl::StrFormat(
-             "upload too slow: %.0f bytes/s over %s, below "
-             "--min_upload_rate=%.0f bytes/s, while %d other "
-             "upload(s) waited for its buffer",
+             "upload too slow: %.0f bytes/s over %s, below %s, while %d "
+             "other upload(s) waited for its buffer",
              slow[i].rate,
              absl::FormatDuration(absl::Trunc(now - leases_[slow[i].id].granted,
                                               absl::Milliseconds(1))),
-             policy_.min_rate, waiters_.size()));
+             bar_reason, waiters_.size()));
   }
   return out;
 }

@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -33,9 +34,14 @@ struct StagingPolicy {
 // buffer back from
 //   - an upload that sent nothing for `idle_timeout` (a stalled client), and
 //   - while other uploads wait for a buffer, one that has held its buffer for
-//     at least `grace` and received less than `min_rate` bytes/s since (a
-//     client on a trickle): it would otherwise keep every faster client's
-//     update from being received, and the round from closing at quorum.
+//     at least `grace` and received less than its bar since (a client on a
+//     trickle): it would otherwise keep every faster client's update from
+//     being received, and the round from closing at quorum. The bar is
+//     `min_rate` bytes/s, lowered to kPeerRateFraction of the median rate of
+//     the last kRecentUploads uploads that finished here when that is less: a
+//     coordinator short of CPU reads every upload slowly, and then an upload
+//     as slow as its peers is not the client's fault. A trickle is still
+//     far below its peers.
 // The owner of a reclaimed buffer is told through its `preempt` callback and
 // gives the buffer back with Release as usual; its update is dropped whole
 // (nothing of it was folded) and the client may push again.
@@ -52,6 +58,11 @@ class StagingPool {
 
   using Policy = StagingPolicy;
   StagingPool(int num_buffers, size_t buffer_floats, Policy policy = Policy());
+
+  // The bar for a trickle next to its peers (above), and how many finished
+  // uploads' rates it is taken from.
+  static constexpr double kPeerRateFraction = 0.125;
+  static constexpr size_t kRecentUploads = 16;
 
   // A lease: its id, for Progress, Release and Cancel, and its buffer when
   // one was free (then `done` is never called).
@@ -70,6 +81,8 @@ class StagingPool {
   void Progress(uint64_t id, int64_t bytes, absl::Time now);
 
   // Gives lease `id`'s buffer back; the oldest waiter, if any, receives it.
+  // A lease that was not reclaimed and received bytes adds its rate to the
+  // recent uploads' rates.
   void Release(uint64_t id, Buffer buffer, absl::Time now);
 
   // A buffer to be taken back, and why (for its holder's error and the log).
@@ -105,6 +118,9 @@ class StagingPool {
   // Grants a buffer to `waiter` at `now` (under the lock).
   void GrantLocked(Waiter& waiter, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The rate below which a lease gives way to waiters, and what set it.
+  std::pair<double, std::string> SlowBarLocked() const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const size_t buffer_floats_;
   const Policy policy_;
@@ -113,6 +129,9 @@ class StagingPool {
   std::deque<Waiter> waiters_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, Held> leases_ ABSL_GUARDED_BY(mu_);
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  // Bytes/s of the last kRecentUploads finished uploads, a ring.
+  std::vector<double> recent_rates_ ABSL_GUARDED_BY(mu_);
+  size_t next_rate_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace fedlearn

@@ -370,5 +370,100 @@ TEST(StagingPoolReclaimTest, AStalledUploadCountsTowardsTheWaiters) {
   EXPECT_EQ(reclaimed[0].id, rec.ids[0]);
 }
 
+// Finishes `n` uploads one after another through `pool` (one buffer free),
+// each of `bytes` bytes over `seconds`, as waiters first..first+n-1 of `rec`;
+// returns the time the last one finished.
+absl::Time FinishUploads(StagingPool& pool, Recorder& rec, int first, int n,
+                         int64_t bytes, absl::Duration seconds,
+                         absl::Time start) {
+  absl::Time now = start;
+  for (int i = first; i < first + n; ++i) {
+    rec.Acquire(pool, i, now);
+    now += seconds;
+    pool.Progress(rec.ids[i], bytes, now);
+    rec.Release(pool, i, now);
+  }
+  return now;
+}
+
+TEST(StagingPoolReclaimTest, WhenEveryUploadIsSlowNoneIsPreemptedForIt) {
+  // A coordinator short of CPU: the last uploads finished at 400 bytes/s, so
+  // an upload at 300 bytes/s (below --min_upload_rate=1000) is as fast as its
+  // peers and keeps its buffer although others wait.
+  StagingPool pool(1, 4, TestPolicy());
+  Recorder rec;
+  absl::Time now = FinishUploads(pool, rec, 0, 5, 4000, absl::Seconds(10), t0);
+  rec.Acquire(pool, 5, now);
+  rec.Acquire(pool, 6, now);  // waits
+  pool.Progress(rec.ids[5], 600, now + absl::Seconds(2));
+  EXPECT_TRUE(pool.Reclaim(now + absl::Seconds(2)).empty());
+  // A trickle far below its peers still gives way: under 1/8 of their 400
+  // bytes/s, 50.
+  for (int s = 9; s <= 36; s += 9) {
+    pool.Progress(rec.ids[5], 10, now + absl::Seconds(s));
+  }
+  EXPECT_TRUE(pool.Reclaim(now + absl::Seconds(10)).empty());  // 61 bytes/s
+  std::vector<StagingPool::Reclaimed> reclaimed =
+      pool.Reclaim(now + absl::Seconds(40));  // 640 bytes over 40 s: 16/s
+  ASSERT_EQ(reclaimed.size(), 1u);
+  EXPECT_EQ(reclaimed[0].id, rec.ids[5]);
+  reclaimed[0].Run();
+  EXPECT_THAT(rec.preempted[0].second,
+              HasSubstr("upload too slow: 16 bytes/s over 40s, below 50 "
+                        "bytes/s (1/8 of the median rate of the last 5 "
+                        "uploads; --min_upload_rate=1000)"));
+}
+
+TEST(StagingPoolReclaimTest, FastPeersNeverRaiseTheBarAboveTheMinimumRate) {
+  StagingPool pool(1, 4, TestPolicy());
+  Recorder rec;
+  absl::Time now =
+      FinishUploads(pool, rec, 0, 3, 1'000'000, absl::Seconds(1), t0);
+  rec.Acquire(pool, 3, now);
+  rec.Acquire(pool, 4, now);  // waits
+  // 1,500 bytes/s: a thousandth of its peers, above --min_upload_rate.
+  pool.Progress(rec.ids[3], 3000, now + absl::Seconds(2));
+  EXPECT_TRUE(pool.Reclaim(now + absl::Seconds(2)).empty());
+}
+
+TEST(StagingPoolReclaimTest, TheBarFollowsTheLastUploadsOnly) {
+  // Slow uploads long ago, then kRecentUploads fast ones: the old ones no
+  // longer lower the bar, and an upload at 300 bytes/s gives way again.
+  StagingPool pool(1, 4, TestPolicy());
+  Recorder rec;
+  absl::Time now = FinishUploads(pool, rec, 0, 4, 400, absl::Seconds(1), t0);
+  const int fast = static_cast<int>(StagingPool::kRecentUploads);
+  now = FinishUploads(pool, rec, 4, fast, 100'000, absl::Seconds(1), now);
+  rec.Acquire(pool, 4 + fast, now);
+  rec.Acquire(pool, 5 + fast, now);  // waits
+  pool.Progress(rec.ids[4 + fast], 600, now + absl::Seconds(2));
+  std::vector<StagingPool::Reclaimed> reclaimed =
+      pool.Reclaim(now + absl::Seconds(2));
+  ASSERT_EQ(reclaimed.size(), 1u);
+  reclaimed[0].Run();
+  EXPECT_THAT(rec.preempted[0].second,
+              HasSubstr("below --min_upload_rate=1000 bytes/s"));
+}
+
+TEST(StagingPoolReclaimTest, PreemptedUploadsDoNotLowerTheBar) {
+  // Trickles that were preempted say nothing about the coordinator's speed:
+  // one after another, each at 5 bytes/s, every one gives way.
+  StagingPool pool(1, 4, TestPolicy());
+  Recorder rec;
+  absl::Time now = t0;
+  rec.Acquire(pool, 0, now);
+  for (int i = 0; i < 4; ++i) {
+    rec.Acquire(pool, i + 1, now);  // waits
+    now += absl::Seconds(2);
+    pool.Progress(rec.ids[i], 10, now);
+    std::vector<StagingPool::Reclaimed> reclaimed = pool.Reclaim(now);
+    ASSERT_EQ(reclaimed.size(), 1u) << i;
+    EXPECT_EQ(reclaimed[0].id, rec.ids[i]);
+    reclaimed[0].Run();
+    rec.Release(pool, i, now);  // to waiter i + 1
+  }
+  EXPECT_EQ(rec.preempted.size(), 4u);
+}
+
 }  // namespace
 }  // namespace fedlearn
