@@ -10,6 +10,7 @@
 #include "common/grpc_status.h"
 #include "common/log.h"
 #include "common/tensor_codec.h"
+#include "server/happens_before.h"
 
 namespace fedlearn {
 namespace {
@@ -57,7 +58,7 @@ class CoordinatorService::TaskWriter final
         client_id_(request.client_id()) {
     if (absl::Status s = service->Authorize(context, request.client_id());
         !s.ok()) {
-      Finish(ToGrpcStatus(s));
+      End(ToGrpcStatus(s));
       return;
     }
     poll_id_ = controller_->Poll(
@@ -66,21 +67,22 @@ class CoordinatorService::TaskWriter final
   }
 
   void OnWriteDone(bool ok) override {
+    HappensAfter(this);
     if (!ok) {
       // The client went away mid-stream (or stalled and was cut off); it will
       // poll again and get the task again.
       service_->Unwatch(this);
-      Finish(grpc::Status(grpc::StatusCode::CANCELLED,
-                          "stream closed by the client"));
+      End(grpc::Status(grpc::StatusCode::CANCELLED,
+                       "stream closed by the client"));
       return;
     }
     if (encoded_ != nullptr && next_chunk_ < encoded_->chunks.size()) {
       service_->Watch(this, absl::Now());
-      StartWrite(&encoded_->chunks[next_chunk_++]);
+      Write(&encoded_->chunks[next_chunk_++]);
       return;
     }
     service_->Unwatch(this);
-    Finish(grpc::Status::OK);
+    End(grpc::Status::OK);
   }
 
   // From the watchdog, while this stream is watched: no write completed for
@@ -88,14 +90,32 @@ class CoordinatorService::TaskWriter final
   void CutOff() { context_->TryCancel(); }
   const std::string& client_id() const { return client_id_; }
 
-  void OnCancel() override { controller_->CancelPoll(poll_id_.load()); }
+  void OnCancel() override {
+    controller_->CancelPoll(poll_id_.load());
+    HappensBefore(this);
+  }
 
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    HappensAfter(this);
+    delete this;
+  }
 
  private:
+  // StartWrite and Finish, with the ordering gRPC gives the callbacks after
+  // them marked for TSan (happens_before.h).
+  template <typename Message>
+  void Write(const Message* message) {
+    HappensBefore(this);
+    StartWrite(message);
+  }
+  void End(const grpc::Status& status) {
+    HappensBefore(this);
+    Finish(status);
+  }
+
   void Start(absl::StatusOr<Task> task) {
     if (!task.ok()) {
-      Finish(ToGrpcStatus(task.status()));
+      End(ToGrpcStatus(task.status()));
       return;
     }
     const Task& t = *task;
@@ -116,7 +136,7 @@ class CoordinatorService::TaskWriter final
     }
     if (t.plan != nullptr) *header->mutable_plan() = *t.plan;
     service_->Watch(this, absl::Now());
-    StartWrite(&message_);
+    Write(&message_);
   }
 
   CoordinatorService* const service_;
@@ -149,10 +169,12 @@ class CoordinatorService::UpdateReader final
                grpc::CallbackServerContext* context,
                v1::PushGradientResponse* response)
       : service_(service), context_(context), response_(response) {
+    HappensBefore(this);  // the members above, for the first OnReadDone
     StartRead(&request_);
   }
 
   void OnReadDone(bool ok) override {
+    HappensAfter(this);
     Locked([this, ok]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       if (finished_) {
         // Preempted while this read was outstanding: the call is over.
@@ -179,9 +201,13 @@ class CoordinatorService::UpdateReader final
     });
   }
 
-  void OnCancel() override { service_->staging_.Cancel(lease_.load()); }
+  void OnCancel() override {
+    service_->staging_.Cancel(lease_.load());
+    HappensBefore(this);
+  }
 
   void OnDone() override {
+    HappensAfter(this);
     Locked([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { ReleaseLocked(); });
     delete this;
   }
