@@ -17,8 +17,18 @@
 # the same sources a second time inside the image cost CI about 9 of its 30 minutes.
 # FEDLEARN_IMAGE_FROM_SOURCE=1 builds and unit-tests them inside the image instead, as
 # a release image is built (docker/build.sh without FEDLEARN_PREBUILT_DIR).
+#
+#   scripts/test-containers.sh --prepare   only installs and makes the base image, then
+#                                          exits 0 (.ci/run runs it beside the builds:
+#                                          it waits on the network, they on the CPU)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+prepare=0
+case "${1:-}" in
+  "") ;;
+  --prepare) prepare=1 ;;
+  *) echo "usage: scripts/test-containers.sh [--prepare]" >&2; exit 2 ;;
+esac
 
 skip() { echo "SKIPPED container smoke test (docker/smoke-test.sh): $*"; exit 0; }
 
@@ -41,6 +51,10 @@ if ! { command -v docker >/dev/null && timeout 20 docker info >/dev/null 2>&1; }
   base="$(ensure_podman_base)" || skip "no base image (debootstrap or podman import failed)"
   podman run --rm --runtime runc "$base" true >/dev/null 2>&1 ||
     skip "podman cannot run a container on this machine"
+fi
+if [ "$prepare" = 1 ]; then
+  echo "test-containers.sh: prepared (engine and base image)"
+  exit 0
 fi
 
 build_dir="${BUILD_DIR:-build}"
