@@ -1,9 +1,10 @@
-// scripts/test-tsan.sh's check of its own set-up, built with the flags of build-tsan/:
-// two threads add to a counter 1,000 times each under an absl::Mutex, and, given any
-// argument, once more each without it. Under the TSan build with abseil's
-// synchronization instrumented, the locked run must pass without a report (TSan sees
-// the Mutex) and the unlocked one must be reported (the suppressions hide nothing of
-// ours). Exit code: 0 when the count is right, 66 when TSan reported.
+// scripts/test-tsan.sh's check of its own set-up, built with the flags of
+// build-tsan/: two threads add to a counter 1,000 times each under an
+// absl::Mutex, and, given any argument, once more each without it. Under the
+// TSan build with abseil's synchronization instrumented, the locked run must
+// pass without a report (TSan sees the Mutex) and the unlocked one must be
+// reported (the suppressions hide nothing of ours). Exit code: 0 when the count
+// is right, 66 when TSan reported.
 #include <thread>
 
 #include "absl/synchronization/mutex.h"
