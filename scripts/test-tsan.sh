@@ -12,10 +12,7 @@ export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/$
 
 # The set-up itself: TSan must see an absl::Mutex (no report for a counter only touched
 # under it) and must report a race in our code through the suppressions.
-check="$build_dir/tsan_check"
-clang++ -std=c++17 -O1 -g -fsanitize=thread tests/sanitizers/tsan_check.cc -o "$check" \
-  -rdynamic -Wl,--whole-archive "$build_dir/absl-tsan/libabsl_tsan_sync.a" \
-  -Wl,--no-whole-archive $(pkg-config --libs absl_synchronization)
+check="$build_dir/tsan_check"  # built by tsan-build.sh
 "$check" || { echo "tsan: a race-free program was reported: abseil's Mutex is not visible" >&2; exit 1; }
 if "$check" race 2>"$check.log"; then
   echo "tsan: an unlocked counter was not reported: the set-up hides races" >&2; exit 1

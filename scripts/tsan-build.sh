@@ -87,6 +87,12 @@ if [ $# -eq 0 ]; then
   set -- server/all client/all tests/server/all tests/integration/all
 fi
 ninja -C "$build_dir" "$@"
+# The check of this set-up (scripts/test-tsan.sh runs it), linked as every binary above.
+check_source=tests/sanitizers/tsan_check.cc
+if [ ! "$build_dir/tsan_check" -nt "$check_source" ] ||
+    [ ! "$build_dir/tsan_check" -nt "$library" ]; then
+  clang++ -std=c++17 -O1 -g -fsanitize=thread "$check_source" -o "$build_dir/tsan_check" $link
+fi
 
 # --- suppressions ----------------------------------------------------------------------
 # One called_from_lib line per uninstrumented library the coordinator and its tests
