@@ -75,12 +75,8 @@ void StagingPool::Release(uint64_t id, Buffer buffer, absl::Time now) {
       const double seconds = absl::ToDoubleSeconds(now - held.granted);
       if (!held.reclaimed && held.bytes > 0 && seconds > 0) {
         const double rate = static_cast<double>(held.bytes) / seconds;
-        if (recent_rates_.size() < kRecentUploads) {
-          recent_rates_.push_back(rate);
-        } else {
-          recent_rates_[next_rate_] = rate;
-        }
-        next_rate_ = (next_rate_ + 1) % kRecentUploads;
+        if (recent_rates_.size() == kRecentUploads) recent_rates_.pop_front();
+        recent_rates_.push_back(rate);
       }
       leases_.erase(it);
     }
@@ -101,7 +97,7 @@ std::pair<double, std::string> StagingPool::SlowBarLocked() const {
       policy_.min_rate,
       absl::StrFormat("--min_upload_rate=%.0f bytes/s", policy_.min_rate)};
   if (recent_rates_.empty()) return bar;
-  std::vector<double> rates = recent_rates_;
+  std::vector<double> rates(recent_rates_.begin(), recent_rates_.end());
   auto middle = rates.begin() + static_cast<std::ptrdiff_t>(rates.size() / 2);
   std::nth_element(rates.begin(), middle, rates.end());
   const double peers = kPeerRateFraction * *middle;

@@ -129,9 +129,8 @@ class StagingPool {
   std::deque<Waiter> waiters_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, Held> leases_ ABSL_GUARDED_BY(mu_);
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
-  // Bytes/s of the last kRecentUploads finished uploads, a ring.
-  std::vector<double> recent_rates_ ABSL_GUARDED_BY(mu_);
-  size_t next_rate_ ABSL_GUARDED_BY(mu_) = 0;
+  // Bytes/s of the last kRecentUploads finished uploads, oldest first.
+  std::deque<double> recent_rates_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace fedlearn
