@@ -75,7 +75,9 @@ ABSL_FLAG(std::string, model, "mnist_cnn",
           "registry model (common/model_spec.h): mnist_cnn, fedavg_cnn, "
           "mlp_2nn");
 ABSL_FLAG(int, rounds, 40, "most rounds to run");
-ABSL_FLAG(double, learning_rate, 1.0, "the clients' Adadelta learning rate");
+ABSL_FLAG(std::string, optimizer, "adadelta",
+          "the clients' optimizer: adadelta, sgd, momentum or adam");
+ABSL_FLAG(double, learning_rate, 1.0, "the clients' learning rate");
 ABSL_FLAG(std::string, update_encoding, "dense",
           "how the agents send updates: dense or int8 (as fedlearn-client's "
           "--update_encoding)");
@@ -173,6 +175,7 @@ absl::Status Run() {
   options.tolerance = 0;  // every selected client's update counts
   options.epochs = absl::GetFlag(FLAGS_epochs);
   options.batch_size = absl::GetFlag(FLAGS_batch_size);
+  options.optimizer = absl::GetFlag(FLAGS_optimizer);
   options.learning_rate = absl::GetFlag(FLAGS_learning_rate);
   options.max_rounds = max_rounds;
   // Never stop on the train loss: a benchmark of rounds-to-target runs until
@@ -267,15 +270,17 @@ absl::Status Run() {
   std::printf(
       "{\"side\":\"fedlearn\",\"event\":\"start\",\"partition\":\"%s\","
       "\"model\":\"%s\",\"clients\":%d,\"clients_per_round\":%d,"
-      "\"epochs\":%d,\"batch_size\":%d,\"client_sizes\":[%s],"
+      "\"epochs\":%d,\"batch_size\":%d,\"optimizer\":\"%s\","
+      "\"learning_rate\":%g,\"client_sizes\":[%s],"
       "\"test_examples\":%lld,\"max_rounds\":%d,\"target\":%.4f,"
       "\"strategy\":\"%s\",\"strategy_config\":\"%s\","
       "\"reset_client_optimizer\":%s,\"byzantine\":%d,\"attack\":\"%s\","
       "\"dp_noise_multiplier\":%g,\"dp_clip_norm\":%g}\n",
       PartitionSchemeToString(scheme).c_str(), options.model.c_str(), clients,
-      per_round, options.epochs, options.batch_size,
-      absl::StrJoin(sizes, ",").c_str(), static_cast<long long>(test.size()),
-      max_rounds, target, options.strategy.c_str(),
+      per_round, options.epochs, options.batch_size, options.optimizer.c_str(),
+      options.learning_rate, absl::StrJoin(sizes, ",").c_str(),
+      static_cast<long long>(test.size()), max_rounds, target,
+      options.strategy.c_str(),
       controller.GetStatus().strategy_config().c_str(),
       options.reset_client_optimizer ? "true" : "false", byzantine,
       byzantine > 0 ? absl::GetFlag(FLAGS_attack).c_str() : "none",

@@ -9,7 +9,7 @@
 #
 # Each setting is "NAME|KNOBS|FLAGS": --strategy=NAME, --strategy_config=KNOBS, and extra
 # flags: --reset_client_optimizer (fedlearn's, which the peer follows) or client-plan
-# flags both sides take (--epochs, --batch_size, --learning_rate). The defaults row of
+# flags both sides take (--epochs, --batch_size, --optimizer, --learning_rate). The defaults row of
 # each strategy uses its documented defaults; the last two are FedAvg with clients
 # resetting their optimizer each round, and the best shards setting found (FedAvgM with
 # E=3; the sweep is in the README, Results).
@@ -61,7 +61,7 @@ while IFS='|' read -r name knobs flags; do
       shards) target=0.95 ;;
       *) echo "PARTITIONS: iid and/or shards" >&2; exit 2 ;;
     esac
-    # FLAGS go to both sides (the client plan: --epochs, --batch_size,
+    # FLAGS go to both sides (the client plan: --epochs, --batch_size, --optimizer,
     # --learning_rate), but --reset_client_optimizer, which the peer takes from
     # fedlearn's start line.
     shared=()

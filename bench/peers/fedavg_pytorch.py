@@ -17,7 +17,8 @@ process, of what fedlearn's coordinator and agents do in bench/convergence.cc:
   - each selected client trains its partition for E=--epochs epochs in batches of B=10
     in a shuffled order (its own seeded generator), starting from the global weights,
     with Adadelta(lr=--learning_rate, default 1.0, rho=0.95, eps=1e-7) whose state the client keeps across
-    rounds (also across rounds it is not selected in);
+    rounds (also across rounds it is not selected in), or with plain SGD (--optimizer=sgd:
+    w -= lr g, no state);
   - the round's update Delta is the mean of the selected clients' weights weighted by
     their train size, minus the global weights; --strategy's server optimizer applies it
     (ServerOptimizer below, written from Reddi et al. 2021, Algorithm 2, in float64;
@@ -141,11 +142,13 @@ class Client:
     (load_state_dict copies into them), so each client's Adadelta keeps its state keyed
     on the same tensors."""
 
-    def __init__(self, model, x, y, seed, lr, proximal_mu=0.0, reset_optimizer=False):
+    def __init__(self, model, x, y, seed, lr, proximal_mu=0.0, reset_optimizer=False,
+                 optimizer="adadelta"):
         self.model = model
         self.x, self.y = x, y
         self.lr = lr
-        self.optimizer = make_optimizer(model, lr)
+        self.optimizer_name = optimizer
+        self.optimizer = make_optimizer(model, lr, optimizer)
         self.generator = torch.Generator().manual_seed(seed)
         self.proximal_mu = proximal_mu
         self.reset_optimizer = reset_optimizer
@@ -157,7 +160,7 @@ class Client:
         self.model.load_state_dict(global_state)
         self.model.train()
         if self.reset_optimizer:
-            self.optimizer = make_optimizer(self.model, self.lr)
+            self.optimizer = make_optimizer(self.model, self.lr, self.optimizer_name)
         anchor = [p.detach().clone() for p in self.model.parameters()]
         loss_sum = 0.0
         for _ in range(epochs):
@@ -235,7 +238,17 @@ def self_test():
     """The server optimizers against steps worked out by hand: tau 1 (v starts at 1),
     b1 = b2 = 0.5, lr 1, Delta = [1, 3] from x = 0: m = [0.5, 1.5];
     fedadagrad v = [2, 10], fedadam v = [1, 5], fedyogi v = [1, 5.5]; x = m / (sqrt(v) + 1).
-    fedavgm (momentum 0.5): Delta [1, 2] then [1, -2] gives x [1, 2] then [2.5, 1]."""
+    fedavgm (momentum 0.5): Delta [1, 2] then [1, -2] gives x [1, 2] then [2.5, 1].
+    The clients' SGD: w = [1, 2], input [1, 1], loss (w . x)^2 / 2 has gradient 3 x, so one
+    step at lr 0.1 gives [0.7, 1.7]."""
+    linear = nn.Linear(2, 1, bias=False)
+    with torch.no_grad():
+        linear.weight.copy_(torch.tensor([[1.0, 2.0]]))
+    sgd = make_optimizer(linear, 0.1, "sgd")
+    (linear(torch.ones(1, 2)) ** 2 / 2).sum().backward()
+    sgd.step()
+    got = linear.weight.detach()[0].tolist()
+    assert all(abs(g - w) < 1e-6 for g, w in zip(got, [0.7, 1.7])), got
     x = {"w": torch.zeros(2)}
     delta = {"w": torch.tensor([1.0, 3.0])}
     for name, v in (("fedadagrad", (2, 10)), ("fedadam", (1, 5)), ("fedyogi", (1, 5.5))):
@@ -284,7 +297,9 @@ def main():
     parser.add_argument("--batch_size", type=int, default=10)
     parser.add_argument("--epochs", type=int, default=1, help="local epochs per round (E)")
     parser.add_argument("--learning_rate", type=float, default=1.0,
-                        help="the clients' Adadelta learning rate")
+                        help="the clients' learning rate")
+    parser.add_argument("--optimizer", default="adadelta", choices=["adadelta", "sgd"],
+                        help="the clients' optimizer")
     parser.add_argument("--clients_per_round", type=int, default=0,
                         help="clients trained per round; 0: all")
     parser.add_argument("--replay",
@@ -332,7 +347,8 @@ def main():
                              bias_correction=bool(knobs.get("bias_correction", False)))
     mu = knobs.get("proximal_mu", 0.0)
     clients = [Client(model, train_x[p], train_y[p], args.seed * 1000 + i, args.learning_rate,
-                      proximal_mu=mu, reset_optimizer=args.reset_optimizer)
+                      proximal_mu=mu, reset_optimizer=args.reset_optimizer,
+                      optimizer=args.optimizer)
                for i, p in enumerate(partitions)]
     sizes = [len(p) for p in partitions]
     per_round = args.clients_per_round or len(clients)
@@ -349,6 +365,7 @@ def main():
     print(json.dumps({"side": "pytorch", "event": "start", "model": args.model,
                       "clients": len(clients), "clients_per_round": per_round,
                       "epochs": args.epochs, "batch_size": args.batch_size,
+                      "optimizer": args.optimizer, "learning_rate": args.learning_rate,
                       "replayed_rounds": len(replay), "client_sizes": sizes, "test_examples": len(test_y),
                       "max_rounds": args.rounds, "target": args.target,
                       "threads": torch.get_num_threads(), "torch": torch.__version__,

@@ -18,7 +18,7 @@ require_data() {
 # Runs fedlearn (bench/convergence) and then the PyTorch peer on DATA_DIR, each until
 # TARGET test accuracy or ROUNDS rounds, prints the per-round table, and leaves
 # rounds_table.py's result line in $tmp/LABEL.result. The FLAGs go to both sides (flags
-# both take: --model, --clients_per_round, --epochs, --batch_size, --input_norm,
+# both take: --model, --clients_per_round, --epochs, --batch_size, --input_norm, --optimizer,
 # --learning_rate); $fedlearn_flags (an array, may be empty) adds flags for convergence
 # only. The peer uses convergence's partition and initial
 # weights and replays the clients its coordinator sampled, round by round, with the

@@ -90,7 +90,12 @@ def make_model(init_weights=None):
     return model
 
 
-def make_optimizer(model, lr=1.0):
+def make_optimizer(model, lr=1.0, name="adadelta"):
+    """Adadelta(rho 0.95, eps 1e-7), or plain SGD (w -= lr g: no momentum, no decay)."""
+    if name == "sgd":
+        return torch.optim.SGD(model.parameters(), lr=lr)
+    if name != "adadelta":
+        raise ValueError(f"optimizer {name!r}: adadelta or sgd")
     return torch.optim.Adadelta(model.parameters(), lr=lr, rho=0.95, eps=1e-7)
 
 
