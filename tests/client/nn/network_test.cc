@@ -1,5 +1,7 @@
 #include "client/nn/network.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -150,6 +152,48 @@ TEST(NetworkTest, SameSeedSameTrajectoryDifferentSeedDiffers) {
             0);
   EXPECT_EQ(std::memcmp(a->gradients().data(), b->gradients().data(), bytes),
             0);
+}
+
+// The same, wherever the heap puts the network's parameters, gradients and
+// workspaces: between runs of an agent they land at other addresses, and a
+// seed must still give one trajectory. Each copy is made after a throwaway
+// allocation of a different size, so its buffers start at other offsets in a
+// 64-byte line; all train on a batch of 10 (the plan's default) for 3 steps.
+TEST(NetworkTest, SameSeedSameTrajectoryWhereverTheHeapPutsIt) {
+  const Batch batch = SeparableBatch(10, 5);
+  // glibc serves blocks this large from mmap, page-aligned, unless told not
+  // to; an agent's process gets them from the heap too once it has freed
+  // some (the threshold adapts), at any 16-byte boundary.
+  mallopt(M_MMAP_THRESHOLD, 256 << 20);
+  std::vector<uint8_t> reference;
+  std::vector<std::unique_ptr<float[]>> kept;
+  std::vector<std::unique_ptr<Network>> nets;
+  for (int pad = 0; pad < 16; ++pad) {
+    SCOPED_TRACE(::testing::Message() << "after " << pad << " floats");
+    auto spacer = std::make_unique<float[]>(static_cast<size_t>(pad) + 1);
+    std::unique_ptr<Network> net = MakeNetwork("mnist_cnn", 7);
+    ASSERT_TRUE(net);
+    const size_t n = net->parameters().size();
+    std::unique_ptr<Optimizer> opt = MakeOpt("sgd", 0.05f, n);
+    for (int step = 0; step < 3; ++step) {
+      net->TrainStep(batch.images.data(), batch.labels.data(), batch.size,
+                     opt.get());
+    }
+    const auto* bytes =
+        reinterpret_cast<const uint8_t*>(net->parameters().data());
+    std::vector<uint8_t> got(bytes, bytes + n * sizeof(float));
+    kept.push_back(std::move(spacer));
+    nets.push_back(std::move(net));
+    if (pad == 0) {
+      reference = std::move(got);
+      continue;
+    }
+    size_t first = 0;
+    while (first < got.size() && got[first] == reference[first]) ++first;
+    EXPECT_EQ(first, got.size())
+        << "first differing parameter " << first / sizeof(float) << " of " << n
+        << "; parameters at " << nets.back()->parameters().data();
+  }
 }
 
 // FedProx (Li et al. 2020): the step's gradient is g + mu (w - anchor). With
