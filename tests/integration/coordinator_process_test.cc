@@ -276,6 +276,60 @@ TEST(CoordinatorProcessTest, BadStrategyKnobsAreClearErrors) {
   }
 }
 
+// --model=PATH.safetensors: a file the coordinator cannot serve stops it at
+// startup, exit 2, with a message naming the file and what is wrong, for each
+// way a file can be bad (the reader's own test has the same cases, in
+// process; this is what a user starting the binary sees).
+TEST(CoordinatorProcessTest, BadModelFilesAreClearErrors) {
+  const std::string w =
+      R"("w":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24]})";
+  const std::string b =
+      R"("b":{"dtype":"F32","shape":[2],"data_offsets":[24,32]})";
+  const std::string data(32, '\0');  // 8 float zeros
+  // A safetensors file: the header's length (8 bytes, little-endian), the
+  // header, the data.
+  auto file = [](const std::string& header, const std::string& bytes) {
+    std::string out(8, '\0');
+    for (int i = 0; i < 8; ++i) {
+      out[i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+    }
+    return out + header + bytes;
+  };
+  auto replace = [](std::string s, const std::string& from,
+                    const std::string& to) {
+    return s.replace(s.find(from), from.size(), to);
+  };
+  struct Case {
+    std::string what;
+    std::string contents;
+    std::string says;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"truncated", file("{" + w + "," + b + "}", data.substr(0, 20)),
+            "truncated"},
+           {"bad header JSON", file("{" + w + "," + b, data), "bad header"},
+           {"overlapping offsets",
+            file("{" + w + "," + replace(b, "[24,32]", "[16,24]") + "}", data),
+            "overlap"},
+           {"duplicate names", file("{" + w + "," + w + "}", data), "\"w\""},
+           {"non-float dtype",
+            file("{" + replace(w, "F32", "I64") + "," + b + "}", data),
+            "tensor w: dtype I64"},
+           {"half floats",
+            file("{" + w + "," + replace(b, "F32", "F16") + "}", data),
+            "tensor b: dtype F16"},
+           {"shorter than its length field", std::string("\x10\0\0", 3),
+            "shorter than the 8-byte header length"},
+       }) {
+    const std::string path =
+        testing::WriteTempFile("model.safetensors", c.contents);
+    ChildProcess coordinator(Command({"--model=" + path}));
+    EXPECT_EQ(coordinator.Wait(kTimeout), 2) << c.what;
+    EXPECT_THAT(coordinator.output(), HasSubstr(path)) << c.what;
+    EXPECT_THAT(coordinator.output(), HasSubstr(c.says)) << c.what;
+  }
+}
+
 TEST(CoordinatorProcessTest, BadConfigFileIsAClearError) {
   struct Case {
     std::string text;  // the file
