@@ -60,7 +60,7 @@ peak_rss() {  # clients strategy [flag...] -> peak RSS of the coordinator in MB
   grep -o 'peak RSS [0-9.]* MB' "$log" | awk '{print $3}'
 }
 
-strategies="${STRATEGIES:-fedavg fedavgm fedadam fedyogi fedadagrad fedmedian@64MiB krum@32MiB}"
+strategies="${STRATEGIES:-fedavg fedprox fedavgm fedadam fedyogi fedadagrad fedmedian@64MiB krum@32MiB}"
 echo "== Coordinator peak RSS, one round of mnist_cnn (4.8 MB), all clients pushing at once"
 printf '%-16s %12s %13s %8s\n' strategy "10 clients" "100 clients" growth
 last=""
