@@ -3,9 +3,11 @@
 # weights each way per round) over loopback: a coordinator with one client and one
 # client per round, $ROUNDS rounds (default 10), training time excluded (the Python
 # client's fit returns at once; the C++ side is bench/push_load's CoordinatorClient, the
-# agent's RPC layer, which pushes a ready update). Per round: download (poll to verified
-# weights: chunks, CRC-32C per chunk and tensor) and upload (header, go-ahead, chunks,
-# reply) in seconds and MB/s, for both sides; then one local epoch of the same model in
+# agent's RPC layer, which pushes a ready update). Per round: the poll's wait for its
+# task (the coordinator closing the last round and opening the next), the download
+# (task header to verified weights: chunks, CRC-32C per chunk and tensor) and the upload
+# (header, go-ahead, chunks, reply) in seconds, and the transfers in MB/s, for both
+# sides; the protocol's time per round is all three. Then one local epoch of the same model in
 # PyTorch (800 examples at B=10, Adadelta, 1 thread) and the SDK's overhead as a share
 # of it, and the SDK's codec alone (reassembly with its checks, encoding into chunks)
 # without gRPC. Both clients push 1 MiB chunks.
@@ -57,17 +59,18 @@ wait "$coordinator_pid"; coordinator_pid=""
 "$python" - "$tmp/python.json" "$tmp/cpp.json" "$tmp/epoch.json" "$tmp/codec.json" <<'PY'
 import json, sys
 py, cpp, ep, codec = (json.load(open(p)) for p in sys.argv[1:5])
-def side(name, rounds, down_s, up_s, down_b, up_b):
-    down = down_b / down_s / 1e6
-    up = up_b / up_s / 1e6
-    print(f"{name:<8} {(down_s + up_s) / rounds:>9.4f} s/round   download {down:>7.0f} MB/s"
-          f"   upload {up:>7.0f} MB/s")
-    return (down_s + up_s) / rounds, down, up
+def side(name, report, rounds):
+    wait_s = report["task_wait_seconds"]
+    down_s, up_s = report["download_seconds"], report["upload_seconds"]
+    down = report["bytes_received"] / down_s / 1e6
+    up = report["bytes_sent"] / up_s / 1e6
+    per_round = (wait_s + down_s + up_s) / rounds
+    print(f"{name:<8} {per_round:>9.4f} s/round   task wait {1000 * wait_s / rounds:>6.1f} ms"
+          f"   download {down:>7.0f} MB/s   upload {up:>7.0f} MB/s")
+    return per_round, down, up
 print(f"{'client':<8} {'protocol':>9}")
-p_round, p_down, p_up = side("python", py["rounds_trained"], py["download_seconds"],
-                             py["upload_seconds"], py["bytes_received"] - 0, py["bytes_sent"])
-c_round, c_down, c_up = side("c++", cpp["tasks"], cpp["download_seconds"],
-                             cpp["upload_seconds"], cpp["bytes_received"], cpp["bytes_sent"])
+p_round, p_down, p_up = side("python", py, py["rounds_trained"])
+c_round, c_down, c_up = side("c++", cpp, cpp["tasks"])
 print("the SDK's codec alone (no gRPC), MB/s: " +
       ", ".join(f"{k[:-5].replace('_', ' ')} {v:.0f}" for k, v in codec.items()))
 epoch = ep["epoch_seconds"]

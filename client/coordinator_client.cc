@@ -61,6 +61,7 @@ CoordinatorClient::RequestUpdate(absl::Duration max_wait) {
         break;
       }
       received.task = message.task();
+      received.header_received = absl::Now();
       have_header = true;
       if (received.task.num_tensors() > 0) {
         received.weights.resize(static_cast<size_t>(spec_.num_parameters));

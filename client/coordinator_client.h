@@ -37,6 +37,9 @@ class CoordinatorClient {
   struct ReceivedTask {
     v1::Task task;
     std::vector<float> weights;
+    // When the task's header arrived: the poll was held until then, and the
+    // weights' transfer followed it.
+    absl::Time header_received;
   };
   // Polls for the next task, letting the coordinator hold the poll up to
   // `max_wait`. The weights are verified (shape, dtype, checksums, all values

@@ -102,10 +102,12 @@ class Summary:
     bytes_received: int = 0
     bytes_sent: int = 0
     # Seconds spent in the protocol (polls, reassembly, pushes) and in ``fit``; of the
-    # protocol's, those that received and verified weights (from the poll's start, so
-    # a poll held open before its task counts too) and those that pushed updates.
+    # protocol's: polls held open until their training task's header came
+    # (task_wait), the weights that followed it received and verified (download),
+    # and updates pushed (upload).
     protocol_seconds: float = 0.0
     fit_seconds: float = 0.0
+    task_wait_seconds: float = 0.0
     download_seconds: float = 0.0
     upload_seconds: float = 0.0
 
@@ -298,8 +300,13 @@ class Client:
         started = time.perf_counter()
         request = self._pb2.RequestUpdateRequest(
             client_id=self.joined.client_id, max_wait_ms=int(self._poll_wait * 1000))
-        messages = list(self._stub.RequestUpdate(
-            request, metadata=self._metadata(), timeout=self._poll_wait + 30))
+        messages: List[Any] = []
+        first = started
+        for message in self._stub.RequestUpdate(
+                request, metadata=self._metadata(), timeout=self._poll_wait + 30):
+            if not messages:
+                first = time.perf_counter()
+            messages.append(message)
         if not messages or not messages[0].HasField("task"):
             raise FedlearnError("RequestUpdate: the first message is not a task")
         task = messages[0].task
@@ -316,9 +323,10 @@ class Client:
                 raise FedlearnError(f"received {received} payload bytes, the task "
                                     f"announced {task.payload_bytes}")
             self.summary.bytes_received += received
-            elapsed = time.perf_counter() - started
-            self.summary.protocol_seconds += elapsed
-            self.summary.download_seconds += elapsed
+            done = time.perf_counter()
+            self.summary.protocol_seconds += done - started
+            self.summary.task_wait_seconds += first - started
+            self.summary.download_seconds += done - first
         return task, weights
 
     # -----------------------------------------------------------------------------
