@@ -524,23 +524,30 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 // Results must not depend on where the caller's buffers sit: a network's
-// activations live in heap buffers whose alignment varies between instances and
-// runs, and training with a fixed seed is meant to be reproducible bit for bit.
-// Runs Forward and Backward with in, out, dout and din placed at every float
+// activations, parameters and gradients live in heap buffers whose alignment
+// varies between instances and runs, and training with a fixed seed is meant
+// to be reproducible bit for bit. Runs Forward and Backward with in, out,
+// dout, din and every parameter and gradient tensor placed at every float
 // offset within a 64-byte line and compares all outputs bitwise with offset 0.
 void ExpectAlignmentIndependent(Layer* layer, const Shape& in, const Shape& out,
                                 int batch) {
   std::mt19937 rng(61);
   layer->Reserve(batch);
-  Parameters p = BindRandomParameters(layer, 0.5f, &rng);
+  const Parameters p = BindRandomParameters(layer, 0.5f, &rng);
   const std::vector<float> x = Uniform(batch * in.size(), -1, 1, &rng);
   const std::vector<float> dy = Uniform(batch * out.size(), -1, 1, &rng);
   // Storage with room for a shift of up to 15 floats, itself 64-byte aligned.
   struct alignas(64) Line {
     float f[16];
   };
-  std::vector<Line> xs(x.size() / 16 + 2), ys(dy.size() / 16 + 2),
-      dys(dy.size() / 16 + 2), dxs(x.size() / 16 + 2);
+  auto lines = [](size_t floats) { return std::vector<Line>(floats / 16 + 2); };
+  std::vector<Line> xs = lines(x.size()), ys = lines(dy.size()),
+                    dys = lines(dy.size()), dxs = lines(x.size());
+  std::vector<std::vector<Line>> ws, gs;
+  for (const std::vector<float>& values : p.values) {
+    ws.push_back(lines(values.size()));
+    gs.push_back(lines(values.size()));
+  }
   std::vector<float> y0, dx0;
   std::vector<std::vector<float>> grads0;
   for (int shift = 0; shift < 16; ++shift) {
@@ -552,11 +559,23 @@ void ExpectAlignmentIndependent(Layer* layer, const Shape& in, const Shape& out,
     float* dxp = dxs[0].f + shift;
     std::copy(x.begin(), x.end(), xp);
     std::copy(dy.begin(), dy.end(), dyp);
+    for (size_t t = 0; t < p.values.size(); ++t) {
+      float* wp = ws[t][0].f + shift;
+      float* gp = gs[t][0].f + shift;
+      std::copy(p.values[t].begin(), p.values[t].end(), wp);
+      std::fill(gp, gp + p.values[t].size(), 0.0f);
+      layer->Bind(static_cast<int>(t), wp, gp);
+    }
     layer->Forward(xp, yp, batch, /*training=*/false);
     layer->Backward(xp, yp, dyp, dxp, batch);
     const std::vector<float> y(yp, yp + dy.size()), dx(dxp, dxp + x.size());
+    std::vector<std::vector<float>> grads;
+    for (size_t t = 0; t < p.values.size(); ++t) {
+      const float* gp = gs[t][0].f + shift;
+      grads.emplace_back(gp, gp + p.values[t].size());
+    }
     if (shift == 0) {
-      y0 = y, dx0 = dx, grads0 = p.grads;
+      y0 = y, dx0 = dx, grads0 = grads;
       continue;
     }
     EXPECT_EQ(std::memcmp(y.data(), y0.data(), y.size() * 4), 0) << "output";
@@ -565,7 +584,7 @@ void ExpectAlignmentIndependent(Layer* layer, const Shape& in, const Shape& out,
     for (size_t t = 0; t < grads0.size(); ++t) {
       int differing = 0;
       for (size_t i = 0; i < grads0[t].size(); ++i) {
-        differing += std::memcmp(&p.grads[t][i], &grads0[t][i], 4) != 0;
+        differing += std::memcmp(&grads[t][i], &grads0[t][i], 4) != 0;
       }
       EXPECT_EQ(differing, 0) << "of " << grads0[t].size()
                               << " gradients of parameter tensor " << t;
