@@ -7,10 +7,10 @@
 # task (the coordinator closing the last round and opening the next), the download
 # (task header to verified weights: chunks, CRC-32C per chunk and tensor) and the upload
 # (header, go-ahead, chunks, reply) in seconds, and the transfers in MB/s, for both
-# sides; the protocol's time per round is all three. Then one local epoch of the same model in
-# PyTorch (800 examples at B=10, Adadelta, 1 thread) and the SDK's overhead as a share
-# of it, and the SDK's codec alone (reassembly with its checks, encoding into chunks)
-# without gRPC. Both clients push 1 MiB chunks.
+# sides; the protocol's time per round is all three. Then one local epoch of the same
+# model in PyTorch (800 examples at B=10, Adadelta, 1 thread) and the SDK's overhead
+# as a share of it, and the SDK's codec alone (reassembly with its checks, encoding
+# into chunks) without gRPC. Both clients push 1 MiB chunks.
 # Last line: sdk_overhead_pct=<x> sdk_download_mbps=<x> sdk_upload_mbps=<x>
 #            cpp_download_mbps=<x> cpp_upload_mbps=<x>
 set -euo pipefail

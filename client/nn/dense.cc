@@ -33,11 +33,11 @@ void Dense::Backward(const float* in, const float* /*out*/, const float* dout,
   ConstMatrixMap dy(dout, outputs_, batch);
   MatrixMap weight_grad_t(weight_grad_, inputs_, outputs_);
   weight_grad_t.noalias() = x * dy.transpose();
-  // Not Eigen's rowwise().sum(): it sums the rows that fill whole packets in
-  // pairs of columns and the rest (which rows, depends on where `dout` sits)
-  // one column after another, so the bias gradient, and a seeded run, would
-  // change with the heap's layout. Column by column for every row: one order
-  // wherever the buffer is, vectorised across the rows.
+  // Not Eigen's rowwise().sum(): the assignment peels rows up to the
+  // destination's first aligned packet and sums those in another order than
+  // the packet rows, so the bias gradient, and a seeded run, changed with where
+  // the gradient buffer sits. Column by column for every row: one order
+  // wherever the buffers are, vectorised across the rows.
   VectorMap bias_grad(bias_grad_, outputs_);
   bias_grad.setZero();
   for (int b = 0; b < batch; ++b) bias_grad += dy.col(b);
