@@ -32,7 +32,7 @@ import numpy as np
 
 from fedlearn import proto
 from fedlearn.errors import FedlearnError, from_rpc_error
-from fedlearn.wire import MAX_CHUNK_BYTES, encode, make_chunks, reassemble
+from fedlearn.wire import MAX_CHUNK_BYTES, Payload, Reassembler, encode, make_chunks
 
 Weights = List[np.ndarray]
 
@@ -172,6 +172,9 @@ class Client:
         self._failures = 0
         self._failing_since: Optional[float] = None
         self.joined: Any = None  # the last JoinResponse
+        # The weights are received into these every round (one model's bytes, made at
+        # the first task after each join); fit and evaluate get copies.
+        self._buffers: Optional[List[np.ndarray]] = None
         self.summary = Summary()
 
     # -----------------------------------------------------------------------------
@@ -282,6 +285,7 @@ class Client:
         while True:
             try:
                 self.joined = self._stub.Join(self._join_request, timeout=30)
+                self._buffers = None  # the model may differ after a restart
                 break
             except grpc.RpcError as e:
                 if e.code() in (grpc.StatusCode.UNAVAILABLE,
@@ -298,36 +302,52 @@ class Client:
 
     def _poll(self) -> Tuple[Any, Optional[Weights]]:
         started = time.perf_counter()
-        request = self._pb2.RequestUpdateRequest(
+        pb2 = self._pb2
+        request = pb2.RequestUpdateRequest(
             client_id=self.joined.client_id, max_wait_ms=int(self._poll_wait * 1000))
-        messages: List[Any] = []
+        task = None
         first = started
-        for message in self._stub.RequestUpdate(
-                request, metadata=self._metadata(), timeout=self._poll_wait + 30):
-            if not messages:
-                first = time.perf_counter()
-            messages.append(message)
-        if not messages or not messages[0].HasField("task"):
+        weights: Optional[Reassembler] = None
+        call = self._stub.RequestUpdate(request, metadata=self._metadata(),
+                                        timeout=self._poll_wait + 30)
+        try:
+            for message in call:
+                if task is None:
+                    first = time.perf_counter()
+                    if not message.HasField("task"):
+                        raise FedlearnError(
+                            "RequestUpdate: the first message is not a task")
+                    task = message.task
+                    if task.type in (pb2.TASK_TYPE_TRAIN, pb2.TASK_TYPE_EVALUATE):
+                        spec = self.joined.model
+                        if task.num_tensors and task.num_tensors != len(spec.tensors):
+                            raise FedlearnError(
+                                f"task announces {task.num_tensors} tensors, the model "
+                                f"has {len(spec.tensors)}")
+                        if self._buffers is None:
+                            self._buffers = Reassembler.buffers(spec)
+                        weights = Reassembler(pb2, spec, self._buffers)
+                elif weights is not None:
+                    # Verified and placed as it arrives, while gRPC receives the next.
+                    weights.add(message.chunk)
+        except BaseException:
+            call.cancel()  # a bad stream ends the call now, not at its deadline
+            raise
+        if task is None:
             raise FedlearnError("RequestUpdate: the first message is not a task")
-        task = messages[0].task
-        weights = None
-        if task.type in (self._pb2.TASK_TYPE_TRAIN, self._pb2.TASK_TYPE_EVALUATE):
-            chunks = [m.chunk for m in messages[1:]]
-            spec = self.joined.model
-            if task.num_tensors and task.num_tensors != len(spec.tensors):
-                raise FedlearnError(f"task announces {task.num_tensors} tensors, the "
-                                    f"model has {len(spec.tensors)}")
-            weights = reassemble(self._pb2, spec, chunks)
-            received = sum(len(c.data) for c in chunks)
-            if task.payload_bytes and received != task.payload_bytes:
-                raise FedlearnError(f"received {received} payload bytes, the task "
-                                    f"announced {task.payload_bytes}")
-            self.summary.bytes_received += received
-            done = time.perf_counter()
-            self.summary.protocol_seconds += done - started
-            self.summary.task_wait_seconds += first - started
-            self.summary.download_seconds += done - first
-        return task, weights
+        if weights is None:
+            return task, None
+        tensors = weights.finish()
+        received = weights.received_bytes
+        if task.payload_bytes and received != task.payload_bytes:
+            raise FedlearnError(f"received {received} payload bytes, the task "
+                                f"announced {task.payload_bytes}")
+        self.summary.bytes_received += received
+        done = time.perf_counter()
+        self.summary.protocol_seconds += done - started
+        self.summary.task_wait_seconds += first - started
+        self.summary.download_seconds += done - first
+        return task, tensors
 
     # -----------------------------------------------------------------------------
     # Tasks.
@@ -391,7 +411,7 @@ class Client:
                 raise from_rpc_error(e, "PushGradient") from None
         self.summary.protocol_seconds += time.perf_counter() - started
 
-    def push_update(self, header: Any, payloads: Sequence[bytes]) -> Any:
+    def push_update(self, header: Any, payloads: Sequence[Payload]) -> Any:
         """Sends ``header`` and, once the coordinator admits it, the payloads' chunks.
         Returns the ``PushGradientResponse``; raises ``grpc.RpcError``. (Public for
         tools that push hand-made updates.)"""

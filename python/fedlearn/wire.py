@@ -11,7 +11,7 @@ and bytes: no per-element Python loops, and the CRCs come from ``crc32c`` (SSE4.
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator, List, Sequence
+from typing import Iterable, Iterator, List, Optional, Sequence, Union
 
 import crc32c as _crc32c
 import numpy as np
@@ -20,6 +20,9 @@ from fedlearn.errors import ProtocolError
 
 #: The contract's limit on one chunk's payload.
 MAX_CHUNK_BYTES = 1 << 20
+
+#: A tensor's encoded bytes: ``bytes``, or a byte view of its float32 values.
+Payload = Union[bytes, memoryview]
 
 
 def crc32c(data: bytes, value: int = 0) -> int:
@@ -82,6 +85,101 @@ def tensor_numel(shape: Sequence[int]) -> int:
     return n
 
 
+class Reassembler:
+    """Checks a model's chunks against its ``spec`` as they arrive and places them.
+
+    ``add`` takes each chunk in the order received, so verification (CRC-32C per chunk
+    and per tensor, names, shapes, sizes, offsets, finiteness) overlaps the arrival of
+    the next ones; ``finish`` returns one float32 array per tensor, viewing ``buffers``
+    (one model's bytes, from ``Reassembler.buffers(spec)``) when given, so that a client
+    receiving every round reuses the same memory, or new arrays otherwise. Raises
+    ``ProtocolError`` naming the tensor on any mismatch.
+    """
+
+    @staticmethod
+    def buffers(spec) -> List[np.ndarray]:
+        """Byte buffers to receive ``spec``'s tensors into, one per tensor."""
+        return [np.empty(tensor_numel(t.shape) * 4, dtype=np.uint8) for t in spec.tensors]
+
+    def __init__(self, pb2, spec, buffers: Optional[List[np.ndarray]] = None):
+        self._pb2 = pb2
+        self._tensors = list(spec.tensors)
+        self._buffers = buffers
+        self._arrays: List[np.ndarray] = []
+        self.received_bytes = 0  # payload bytes of the chunks added
+        self._start_tensor(0)
+
+    def _start_tensor(self, index: int) -> None:
+        self._index = index
+        if index == len(self._tensors):
+            return
+        t = self._tensors[index]
+        self._shape = tuple(int(d) for d in t.shape)
+        self._total = tensor_numel(self._shape) * 4
+        if self._buffers is not None:
+            self._payload = self._buffers[index]
+            if self._payload.size != self._total:
+                raise ValueError(f"{t.name}: a buffer of {self._payload.size} bytes, "
+                                 f"want {self._total}")
+        else:
+            self._payload = np.empty(self._total, dtype=np.uint8)
+        self._filled = 0
+        self._running = 0
+
+    def add(self, c) -> None:
+        """Verifies one ``TensorChunk`` and copies its payload into place."""
+        if self.complete:
+            raise ProtocolError(f"a chunk of {c.name} after the last tensor")
+        t = self._tensors[self._index]
+        pb2 = self._pb2
+        if c.name != t.name:
+            raise ProtocolError(f"expected a chunk of {t.name}, got {c.name}")
+        if tuple(c.shape) != self._shape:
+            raise ProtocolError(f"{t.name}: shape {list(c.shape)}, want {list(self._shape)}")
+        if c.dtype != pb2.DTYPE_FLOAT32 or c.encoding != pb2.ENCODING_DENSE:
+            raise ProtocolError(f"{t.name}: not dense float32")
+        if c.total_bytes != self._total:
+            raise ProtocolError(f"{t.name}: total_bytes {c.total_bytes}, want {self._total}")
+        filled = self._filled
+        if c.offset != filled:
+            raise ProtocolError(f"{t.name}: chunk at offset {c.offset}, want {filled}")
+        data = c.data  # a copy out of the message: read it once
+        n = len(data)
+        if n > MAX_CHUNK_BYTES or filled + n > self._total:
+            raise ProtocolError(f"{t.name}: chunk of {n} bytes too large")
+        crc = crc32c(data)
+        if crc != c.chunk_crc32c:
+            raise ProtocolError(f"{t.name}: chunk CRC-32C mismatch at offset {c.offset}")
+        self._running = crc if filled == 0 else crc32c_combine(self._running, crc, n)
+        self._payload[filled:filled + n] = np.frombuffer(data, dtype=np.uint8)
+        self._filled = filled + n
+        self.received_bytes += n
+        if not c.last:
+            return
+        if self._filled != self._total:
+            raise ProtocolError(f"{t.name}: last chunk at {self._filled} of {self._total} "
+                                "bytes")
+        if self._running != c.tensor_crc32c:
+            raise ProtocolError(f"{t.name}: tensor CRC-32C mismatch")
+        values = self._payload.view("<f4").reshape(self._shape)
+        if not np.isfinite(values).all():
+            raise ProtocolError(f"{t.name}: weights are not all finite")
+        self._arrays.append(values)
+        self._start_tensor(self._index + 1)
+
+    @property
+    def complete(self) -> bool:
+        """Whether every tensor's last chunk has been added."""
+        return self._index == len(self._tensors)
+
+    def finish(self) -> List[np.ndarray]:
+        """The model's tensors; raises ``ProtocolError`` if a tensor is incomplete."""
+        if not self.complete:
+            raise ProtocolError("weights ended before tensor "
+                                f"{self._tensors[self._index].name} was complete")
+        return self._arrays
+
+
 def reassemble(pb2, spec, chunks: Iterable) -> List[np.ndarray]:
     """Checks ``chunks`` against the model ``spec`` and returns one float32 array per tensor.
 
@@ -89,62 +187,26 @@ def reassemble(pb2, spec, chunks: Iterable) -> List[np.ndarray]:
     tensor's running CRC-32C are verified; the values must be finite. Raises
     ``ProtocolError`` naming the tensor otherwise.
     """
-    tensors: List[np.ndarray] = []
+    r = Reassembler(pb2, spec)
     it = iter(chunks)
-    for t in spec.tensors:
-        shape = tuple(int(d) for d in t.shape)
-        total = tensor_numel(shape) * 4
-        payload = np.empty(total, dtype=np.uint8)
-        filled = 0
-        running = 0
-        while True:
-            c = next(it, None)
-            if c is None:
-                raise ProtocolError(f"weights ended before tensor {t.name} was complete")
-            if c.name != t.name:
-                raise ProtocolError(f"expected a chunk of {t.name}, got {c.name}")
-            if tuple(c.shape) != shape:
-                raise ProtocolError(f"{t.name}: shape {list(c.shape)}, want {list(shape)}")
-            if c.dtype != pb2.DTYPE_FLOAT32 or c.encoding != pb2.ENCODING_DENSE:
-                raise ProtocolError(f"{t.name}: not dense float32")
-            if c.total_bytes != total:
-                raise ProtocolError(f"{t.name}: total_bytes {c.total_bytes}, want {total}")
-            if c.offset != filled:
-                raise ProtocolError(f"{t.name}: chunk at offset {c.offset}, want {filled}")
-            data = c.data
-            if len(data) > MAX_CHUNK_BYTES or filled + len(data) > total:
-                raise ProtocolError(f"{t.name}: chunk of {len(data)} bytes too large")
-            crc = crc32c(data)
-            if crc != c.chunk_crc32c:
-                raise ProtocolError(f"{t.name}: chunk CRC-32C mismatch at offset {c.offset}")
-            running = crc if filled == 0 else crc32c_combine(running, crc, len(data))
-            payload[filled:filled + len(data)] = np.frombuffer(data, dtype=np.uint8)
-            filled += len(data)
-            if c.last:
-                if filled != total:
-                    raise ProtocolError(f"{t.name}: last chunk at {filled} of {total} bytes")
-                if running != c.tensor_crc32c:
-                    raise ProtocolError(f"{t.name}: tensor CRC-32C mismatch")
-                break
-        values = payload.view("<f4").reshape(shape)
-        if not np.isfinite(values).all():
-            raise ProtocolError(f"{t.name}: weights are not all finite")
-        tensors.append(values)
-    leftover = sum(1 for _ in it)
-    if leftover:
-        raise ProtocolError(f"{leftover} chunks after the last tensor")
-    return tensors
+    for c in it:
+        if r.complete:
+            leftover = 1 + sum(1 for _ in it)
+            raise ProtocolError(f"{leftover} chunks after the last tensor")
+        r.add(c)
+    return r.finish()
 
 
 def encode(values: np.ndarray, int8: bool) -> tuple:
-    """A tensor's payload and the float32 values the coordinator will decode from it.
+    """A tensor's payload (bytes-like) and the float32 values the coordinator will decode.
 
-    Dense: the float32 values. int8 (``ENCODING_QUANTIZED``): a float32 scale
+    Dense: the float32 values, as a byte view of them (no copy: ``make_chunks`` copies
+    each chunk out once, into its message). int8 (``ENCODING_QUANTIZED``): a float32 scale
     s = max|x| / 127, then one int8 q = round(x / s) per value, decoded as s * q.
     """
     v = np.ascontiguousarray(values, dtype="<f4").ravel()
     if not int8:
-        return v.tobytes(), v
+        return memoryview(v).cast("B"), v
     scale = (np.max(np.abs(v)) if v.size else np.float32(0)) / np.float32(127)
     if scale > 0:
         q = np.clip(np.rint(v / scale), -127, 127).astype(np.int8)
@@ -154,7 +216,7 @@ def encode(values: np.ndarray, int8: bool) -> tuple:
     return np.array([scale], dtype="<f4").tobytes() + q.tobytes(), decoded
 
 
-def make_chunks(pb2, spec, payloads: Sequence[bytes], chunk_bytes: int,
+def make_chunks(pb2, spec, payloads: Sequence[Payload], chunk_bytes: int,
                 int8: bool) -> Iterator:
     """``TensorChunk`` messages for the tensors' payloads, as the contract says."""
     chunk_bytes = max(4, min(chunk_bytes & ~3, MAX_CHUNK_BYTES))

@@ -6,7 +6,8 @@ import numpy as np
 
 from fedlearn.errors import ProtocolError
 from fedlearn.v1 import coordinator_pb2 as pb2
-from fedlearn.wire import crc32c, crc32c_combine, encode, make_chunks, reassemble
+from fedlearn.wire import (Reassembler, crc32c, crc32c_combine, encode, make_chunks,
+                           reassemble)
 
 
 def spec(*shapes):
@@ -84,6 +85,33 @@ class WireTest(unittest.TestCase):
         extra = self._chunks(s, [np.ones(2, np.float32)]) * 2
         with self.assertRaisesRegex(ProtocolError, "after the last tensor"):
             reassemble(pb2, s, extra)
+
+    def test_a_client_receives_every_round_into_the_same_buffers(self):
+        s = spec((3, 5), (0,), (7,))
+        buffers = Reassembler.buffers(s)
+        self.assertEqual([b.nbytes for b in buffers], [60, 0, 28])
+        rng = np.random.default_rng(3)
+        for _ in range(2):  # a second model overwrites the first in place
+            values = [rng.standard_normal(tuple(t.shape)).astype(np.float32)
+                      for t in s.tensors]
+            r = Reassembler(pb2, s, buffers)
+            for c in self._chunks(s, values):
+                self.assertFalse(r.complete)
+                r.add(c)
+            self.assertTrue(r.complete)
+            self.assertEqual(r.received_bytes, 88)
+            got = r.finish()
+            for want, have, buffer in zip(values, got, buffers):
+                np.testing.assert_array_equal(have, want)
+                self.assertTrue(have.size == 0 or np.shares_memory(have, buffer))
+        with self.assertRaisesRegex(ValueError, "w0: a buffer of 60 bytes, want 8"):
+            Reassembler(pb2, spec((2,)), buffers)
+
+    def test_dense_payload_is_a_view_of_the_values(self):
+        x = np.arange(6, dtype=np.float32).reshape(2, 3)
+        payload, decoded = encode(x, False)
+        self.assertEqual(bytes(payload), x.tobytes())
+        self.assertTrue(np.shares_memory(decoded, x))
 
 
 if __name__ == "__main__":
