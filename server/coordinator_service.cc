@@ -10,6 +10,7 @@
 #include "common/grpc_status.h"
 #include "common/log.h"
 #include "common/tensor_codec.h"
+#include "grpc/slice.h"
 #include "server/happens_before.h"
 
 namespace fedlearn {
@@ -48,14 +49,24 @@ grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,
 // version); a download that moves nothing for --stall_timeout is cut off
 // (the service's watchdog), which lets go of the snapshot too.
 class CoordinatorService::TaskWriter final
-    : public grpc::ServerWriteReactor<v1::TaskMessage> {
+    : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   TaskWriter(CoordinatorService* service, grpc::CallbackServerContext* context,
-             const v1::RequestUpdateRequest& request)
+             const grpc::ByteBuffer& raw_request)
       : service_(service),
         context_(context),
-        controller_(service->controller_),
-        client_id_(request.client_id()) {
+        controller_(service->controller_) {
+    v1::RequestUpdateRequest request;
+    grpc::ByteBuffer copy = raw_request;  // Deserialize consumes its input
+    if (!grpc::SerializationTraits<v1::RequestUpdateRequest>::Deserialize(
+             &copy, &request)
+             .ok()) {
+      End(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                       "RequestUpdate: the request is not a "
+                       "fedlearn.v1.RequestUpdateRequest"));
+      return;
+    }
+    client_id_ = request.client_id();
     if (absl::Status s = service->Authorize(context, request.client_id());
         !s.ok()) {
       End(ToGrpcStatus(s));
@@ -78,7 +89,9 @@ class CoordinatorService::TaskWriter final
     }
     if (encoded_ != nullptr && next_chunk_ < encoded_->chunks.size()) {
       service_->Watch(this, absl::Now());
-      Write(&encoded_->chunks[next_chunk_++]);
+      // A reference to the version's serialized chunk, not a copy.
+      out_ = grpc::ByteBuffer(&encoded_->chunks[next_chunk_++], 1);
+      Write(&out_);
       return;
     }
     service_->Unwatch(this);
@@ -103,8 +116,7 @@ class CoordinatorService::TaskWriter final
  private:
   // StartWrite and Finish, with the ordering gRPC gives the callbacks after
   // them marked for TSan (happens_before.h).
-  template <typename Message>
-  void Write(const Message* message) {
+  void Write(const grpc::ByteBuffer* message) {
     HappensBefore(this);
     StartWrite(message);
   }
@@ -135,20 +147,29 @@ class CoordinatorService::TaskWriter final
       header->set_payload_bytes(encoded_->payload_bytes);
     }
     if (t.plan != nullptr) *header->mutable_plan() = *t.plan;
+    bool own_buffer = false;
+    grpc::Status serialized =
+        grpc::SerializationTraits<v1::TaskMessage>::Serialize(message_, &out_,
+                                                              &own_buffer);
+    if (!serialized.ok()) {
+      End(serialized);
+      return;
+    }
     service_->Watch(this, absl::Now());
-    Write(&message_);
+    Write(&out_);
   }
 
   CoordinatorService* const service_;
   grpc::CallbackServerContext* const context_;
   RunController* const controller_;
-  const std::string client_id_;
+  std::string client_id_;  // set once, in the constructor
   std::atomic<uint64_t> poll_id_{0};
   // The weights' chunks (holding the snapshot), kept alive while they are
   // written.
   std::shared_ptr<const EncodedWeights> encoded_;
   size_t next_chunk_ = 0;
   v1::TaskMessage message_;  // the task header
+  grpc::ByteBuffer out_;     // the message being written
 };
 
 // PushGradient: reads the header, admits it (so a push that cannot count is
@@ -415,7 +436,10 @@ CoordinatorService::Encode(const Weights& weights) {
   encoded->payload_bytes = writer.total_bytes();
   v1::TaskMessage message;
   while (writer.Next(message.mutable_chunk())) {
-    encoded->chunks.push_back(std::move(message));
+    const size_t size = message.ByteSizeLong();
+    grpc_slice slice = grpc_slice_malloc(size);
+    message.SerializeWithCachedSizesToArray(GRPC_SLICE_START_PTR(slice));
+    encoded->chunks.emplace_back(slice, grpc::Slice::STEAL_REF);
     message.Clear();
   }
   encoded_ = encoded;
@@ -470,9 +494,8 @@ grpc::ServerUnaryReactor* CoordinatorService::Join(
   return FinishUnary(context, result.status());
 }
 
-grpc::ServerWriteReactor<v1::TaskMessage>* CoordinatorService::RequestUpdate(
-    grpc::CallbackServerContext* context,
-    const v1::RequestUpdateRequest* request) {
+grpc::ServerWriteReactor<grpc::ByteBuffer>* CoordinatorService::RequestUpdate(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
   return new TaskWriter(this, context, *request);
 }
 

@@ -11,6 +11,8 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "fedlearn/v1/coordinator.grpc.pb.h"
+#include "grpcpp/support/byte_buffer.h"
+#include "grpcpp/support/slice.h"
 #include "server/run_controller.h"
 #include "server/staging_pool.h"
 
@@ -23,7 +25,12 @@ namespace fedlearn {
 // finishes. Thread-safe; `controller` must outlive it.
 // A watchdog thread keeps slow and stalled clients from holding anyone else up
 // (StagingPool, TaskWriter).
-class CoordinatorService final : public v1::Coordinator::CallbackService {
+// RequestUpdate is a raw method (grpc::ByteBuffer in and out): its chunk
+// messages go out as the bytes serialized once per model version, which every
+// stream of that version references instead of serializing its own copy.
+class CoordinatorService final
+    : public v1::Coordinator::WithRawCallbackMethod_RequestUpdate<
+          v1::Coordinator::CallbackService> {
  public:
   explicit CoordinatorService(RunController* controller);
   ~CoordinatorService() override;
@@ -31,9 +38,11 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* context,
                                  const v1::JoinRequest* request,
                                  v1::JoinResponse* response) override;
-  grpc::ServerWriteReactor<v1::TaskMessage>* RequestUpdate(
+  // `request` is a serialized v1::RequestUpdateRequest; each message written
+  // is a serialized v1::TaskMessage.
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* RequestUpdate(
       grpc::CallbackServerContext* context,
-      const v1::RequestUpdateRequest* request) override;
+      const grpc::ByteBuffer* request) override;
   grpc::ServerReadReactor<v1::PushGradientRequest>* PushGradient(
       grpc::CallbackServerContext* context,
       v1::PushGradientResponse* response) override;
@@ -65,11 +74,12 @@ class CoordinatorService final : public v1::Coordinator::CallbackService {
   void WatchdogLoop();
 
   // A model version's weights as the chunk messages every download of it
-  // sends: encoded and checksummed once, shared by every stream writing that
-  // version (gRPC still copies each message into its frames).
+  // sends: encoded, checksummed and serialized once (the model's size plus
+  // about 60 bytes a chunk), each a reference-counted slice that every
+  // stream writing that version hands to gRPC without copying.
   struct EncodedWeights {
     Weights weights;
-    std::vector<v1::TaskMessage> chunks;
+    std::vector<grpc::Slice> chunks;  // each a serialized v1::TaskMessage
     int64_t payload_bytes = 0;
   };
   // `weights` encoded. The encoding last asked for is kept (one model's

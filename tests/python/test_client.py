@@ -125,6 +125,23 @@ class ClientTest(unittest.TestCase):
             self.assertEqual(e.exception.code, grpc.StatusCode.UNAUTHENTICATED)
             self.assertIn("join token", e.exception.message)
 
+    def test_a_request_update_that_does_not_parse_is_invalid_argument(self):
+        # RequestUpdate is a raw method in the coordinator (it writes pre-serialized
+        # chunks), so parsing its request is the coordinator's own job.
+        with Coordinator("--model=mlp_2nn") as c:
+            channel = grpc.insecure_channel(c.address)
+            raw = channel.unary_stream("/fedlearn.v1.Coordinator/RequestUpdate")
+            # Field 1 (client_id) announces 127 bytes and the message ends.
+            with self.assertRaises(grpc.RpcError) as e:
+                list(raw(b"\x0a\x7f", timeout=10))
+            self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+            self.assertIn("not a fedlearn.v1.RequestUpdateRequest", e.exception.details())
+            # A well-formed request from a client that never joined: the usual answer.
+            with self.assertRaises(grpc.RpcError) as e:
+                list(raw(b"\x0a\x03abc", timeout=10))
+            self.assertEqual(e.exception.code(), grpc.StatusCode.UNAUTHENTICATED)
+            channel.close()
+
     def test_an_unreachable_coordinator_is_unavailable_after_the_timeout(self):
         client = fedlearn.Client("127.0.0.1:1", lambda w, p: (w, 1, {}),
                                  reconnect_timeout=0.5, max_backoff=0.1)
