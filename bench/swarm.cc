@@ -148,6 +148,49 @@ struct RoundSeen {
   int rejected = 0;
 };
 
+// Statuses counted by call and code, with the first message seen for each.
+struct Tally {
+  std::map<std::string, int64_t> counts;
+  std::map<std::string, std::string> examples;
+  // Returns whether this call and code are new.
+  bool Add(absl::string_view call, const grpc::Status& s) {
+    const std::string key =
+        absl::StrCat(call, " code ", static_cast<int>(s.error_code()));
+    const bool first = ++counts[key] == 1;
+    if (first) examples[key] = s.error_message();
+    return first;
+  }
+  int64_t Total() const {
+    int64_t total = 0;
+    for (const auto& [key, count] : counts) total += count;
+    return total;
+  }
+  void Print(absl::string_view what) const {
+    for (const auto& [key, count] : counts) {
+      std::printf("%s: %s x%" PRId64 " (e.g. \"%s\")\n",
+                  std::string(what).c_str(), key.c_str(), count,
+                  examples.at(key).c_str());
+    }
+  }
+};
+
+// Says at once (on stderr) what went wrong with a call.
+void Say(absl::string_view what, absl::string_view call,
+         const grpc::Status& s) {
+  std::fprintf(stderr, "swarm: %s: %s code %d: %s\n", std::string(what).c_str(),
+               std::string(call).c_str(), static_cast<int>(s.error_code()),
+               s.error_message().c_str());
+}
+
+// A failure that says the coordinator was busy or out of reach, not that the
+// call was wrong: the agent tries such a call again.
+bool IsTransient(const grpc::Status& s) {
+  return s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+         s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
+         s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
+}
+constexpr int kJoinAttempts = 8;
+
 class Swarm;
 
 // One simulated client.
@@ -240,32 +283,43 @@ class Swarm {
   // Counts an answer that came too late to count, by call and code.
   void Late(absl::string_view call, const grpc::Status& s) {
     absl::MutexLock lock(&mu_);
-    std::string& example = late_examples_[absl::StrCat(
-        call, " code ", static_cast<int>(s.error_code()))];
-    if (example.empty()) example = s.error_message();
-    ++late_[absl::StrCat(call, " code ", static_cast<int>(s.error_code()))];
+    late_.Add(call, s);
   }
-  std::map<std::string, int64_t> LateCounts(
-      std::map<std::string, std::string>* examples) {
+  // Counts a failed call that is tried again.
+  void Retried(absl::string_view call, const grpc::Status& s) {
     absl::MutexLock lock(&mu_);
-    *examples = late_examples_;
-    return late_;
+    if (retried_.Add(call, s)) Say("retrying", call, s);
   }
-
-  // Counts an unexpected status, by call and code.
+  // Counts an unexpected status, by call and code; says the first of each at
+  // once, so that a run that stalls shows why.
   void Error(absl::string_view call, const grpc::Status& s) {
     absl::MutexLock lock(&mu_);
-    std::string& example = error_examples_[absl::StrCat(
-        call, " code ", static_cast<int>(s.error_code()))];
-    if (example.empty()) example = s.error_message();
-    ++errors_[absl::StrCat(call, " code ", static_cast<int>(s.error_code()))];
+    if (errors_.Add(call, s)) Say("error", call, s);
+  }
+  Tally Lates() {
+    absl::MutexLock lock(&mu_);
+    return late_;
+  }
+  Tally Retries() {
+    absl::MutexLock lock(&mu_);
+    return retried_;
+  }
+  Tally Errors() {
+    absl::MutexLock lock(&mu_);
+    return errors_;
   }
 
   void Poll(Sim* s);
-  void Join(Sim* s, bool name_previous, std::function<void()> then);
+  // Joins `s`; a join that fails for want of the coordinator (UNAVAILABLE,
+  // DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED) is tried again after a capped,
+  // jittered backoff, as the agent does, up to kJoinAttempts times. `then`
+  // runs once, when the join succeeded or gave up.
+  void Join(Sim* s, bool name_previous, std::function<void()> then,
+            int attempt = 1);
   // The client starts over as a new process would: naming its previous
   // identity (a restart with its session file) or not (a new client).
   void Rejoin(Sim* s, bool name_previous);
+  double Uniform();  // in [0, 1)
   bool Chance(double p);
   std::atomic<int> retired{0}, restarts{0}, departures{0};
   std::atomic<int64_t> latest_round{0};  // the latest TRAIN task's round
@@ -318,12 +372,6 @@ class Swarm {
     absl::MutexLock lock(&mu_);
     return rounds_;
   }
-  std::map<std::string, int64_t> Errors(
-      std::map<std::string, std::string>* examples) {
-    absl::MutexLock lock(&mu_);
-    *examples = error_examples_;
-    return errors_;
-  }
   int64_t downloaded_bytes() const { return downloaded_bytes_.load(); }
   std::atomic<int64_t> downloaded_bytes_{0};
   std::atomic<int> verified{0};
@@ -370,10 +418,9 @@ class Swarm {
   int joins_pending_ ABSL_GUARDED_BY(mu_) = 0;
   int told_done_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<int64_t, RoundSeen> rounds_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, int64_t> errors_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, std::string> error_examples_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, int64_t> late_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, std::string> late_examples_ ABSL_GUARDED_BY(mu_);
+  Tally errors_ ABSL_GUARDED_BY(mu_);
+  Tally late_ ABSL_GUARDED_BY(mu_);
+  Tally retried_ ABSL_GUARDED_BY(mu_);
 };
 
 // A push or report that arrived after its round or evaluation closed at
@@ -425,7 +472,8 @@ void CallUnary(Sim* s,
                               });
 }
 
-void Swarm::Join(Sim* s, bool name_previous, std::function<void()> then) {
+void Swarm::Join(Sim* s, bool name_previous, std::function<void()> then,
+                 int attempt) {
   v1::JoinRequest request;
   request.set_display_name(absl::StrCat("swarm-", s->index));
   if (name_previous) {
@@ -436,8 +484,8 @@ void Swarm::Join(Sim* s, bool name_previous, std::function<void()> then) {
   CallUnary<v1::JoinRequest, v1::JoinResponse>(
       s, &v1::Coordinator::StubInterface::async_interface::Join,
       std::move(request), /*authorize=*/false, absl::Seconds(60),
-      [this, s, then](const grpc::Status& status,
-                      const v1::JoinResponse& joined) {
+      [this, s, name_previous, then, attempt](const grpc::Status& status,
+                                              const v1::JoinResponse& joined) {
         if (status.ok()) {
           Learn(joined);
           {
@@ -447,6 +495,18 @@ void Swarm::Join(Sim* s, bool name_previous, std::function<void()> then) {
           }
           if (!joined.retired_client_id().empty()) ++retired;
           Poll(s);
+        } else if (IsTransient(status) && attempt < kJoinAttempts) {
+          Retried("Join", status);
+          // 0.1 s doubling to at most 5 s, times a jitter in [0.5, 1).
+          const absl::Duration backoff =
+              std::min(absl::Milliseconds(100) * (1 << (attempt - 1)),
+                       absl::Seconds(5)) *
+              (0.5 + 0.5 * Uniform());
+          timers_.At(absl::Now() + backoff,
+                     [this, s, name_previous, then, attempt] {
+                       Join(s, name_previous, then, attempt + 1);
+                     });
+          return;
         } else {
           Error("Join", status);
         }
@@ -459,11 +519,12 @@ void Swarm::Rejoin(Sim* s, bool name_previous) {
   Join(s, name_previous, nullptr);
 }
 
-bool Swarm::Chance(double p) {
-  if (p <= 0) return false;
+double Swarm::Uniform() {
   absl::MutexLock lock(&mu_);
-  return std::uniform_real_distribution<double>(0, 1)(random_) < p;
+  return std::uniform_real_distribution<double>(0, 1)(random_);
 }
+
+bool Swarm::Chance(double p) { return p > 0 && Uniform() < p; }
 
 void Swarm::Heartbeat(Sim* s) {
   v1::HeartbeatRequest request;
@@ -843,8 +904,7 @@ int Run() {
   const int64_t rss_peak = pid > 0 ? RssKb(pid) : 0;
   swarm.Stop();
 
-  std::map<std::string, std::string> examples;
-  const std::map<std::string, int64_t> errors = swarm.Errors(&examples);
+  const Tally errors = swarm.Errors();
   const std::map<int64_t, RoundSeen> rounds = swarm.Rounds();
 
   std::printf("clients %d (%d per connection), model %s (%" PRId64
@@ -888,18 +948,10 @@ int Run() {
     std::printf("%-20s p50 %7.2f ms  p99 %7.2f ms  (%zu calls)\n",
                 label.c_str(), p.p50, p.p99, p.n);
   }
-  std::map<std::string, std::string> late_examples;
-  for (const auto& [what, count] : swarm.LateCounts(&late_examples)) {
-    std::printf("late (after its round closed at quorum): %s x%" PRId64
-                " (e.g. \"%s\")\n",
-                what.c_str(), count, late_examples[what].c_str());
-  }
-  int64_t error_count = prober.errors();
-  for (const auto& [what, count] : errors) {
-    std::printf("error: %s x%" PRId64 " (e.g. %s)\n", what.c_str(), count,
-                examples[what].c_str());
-    error_count += count;
-  }
+  swarm.Lates().Print("late (after its round closed at quorum)");
+  swarm.Retries().Print("retried");
+  errors.Print("error");
+  const int64_t error_count = prober.errors() + errors.Total();
   if (!samples.empty()) {
     std::vector<std::pair<double, double>> rss, fds, threads;
     for (const Sample& x : samples) {
