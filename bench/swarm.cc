@@ -327,6 +327,9 @@ class Swarm {
     timers_.At(when, [this, s] { Poll(s); });
   }
   void Push(Sim* s, int64_t round);
+  void PushAt(absl::Time when, Sim* s, int64_t round) {
+    timers_.At(when, [this, s, round] { Push(s, round); });
+  }
   void Report(Sim* s, int64_t round);
   void Heartbeat(Sim* s);
   void JoinNext();
@@ -716,6 +719,20 @@ class PushCall final
   void OnDone(const grpc::Status& status) override {
     if (killed_ && !status.ok()) {
       swarm_->Rejoin(s_, /*name_previous=*/true);
+      delete this;
+      return;
+    }
+    if (status.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      // Preempted for the staging buffer ("push it again"): the agent pushes
+      // the same update again after a short jittered pause; if the round has
+      // closed by then, that push is late.
+      swarm_->Retried("PushGradient", status);
+      Swarm* swarm = swarm_;
+      Sim* s = s_;
+      const int64_t round = round_;
+      swarm->PushAt(
+          absl::Now() + absl::Milliseconds(100 + 100 * swarm->Uniform()), s,
+          round);
       delete this;
       return;
     }
