@@ -31,6 +31,13 @@ absl::string_view BearerToken(const grpc::CallbackServerContext& context) {
   return value.substr(kBearer.size());
 }
 
+// `message`'s wire bytes in a slice of their own (what RequestUpdate writes).
+grpc::Slice Serialize(const v1::TaskMessage& message) {
+  grpc_slice slice = grpc_slice_malloc(message.ByteSizeLong());
+  message.SerializeWithCachedSizesToArray(GRPC_SLICE_START_PTR(slice));
+  return grpc::Slice(slice, grpc::Slice::STEAL_REF);
+}
+
 grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,
                                       const absl::Status& status) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
@@ -131,7 +138,8 @@ class CoordinatorService::TaskWriter final
       return;
     }
     const Task& t = *task;
-    v1::Task* header = message_.mutable_task();
+    v1::TaskMessage message;
+    v1::Task* header = message.mutable_task();
     header->set_type(t.type);
     header->set_round(t.round);
     header->set_run_validation(t.run_validation);
@@ -147,14 +155,8 @@ class CoordinatorService::TaskWriter final
       header->set_payload_bytes(encoded_->payload_bytes);
     }
     if (t.plan != nullptr) *header->mutable_plan() = *t.plan;
-    bool own_buffer = false;
-    grpc::Status serialized =
-        grpc::SerializationTraits<v1::TaskMessage>::Serialize(message_, &out_,
-                                                              &own_buffer);
-    if (!serialized.ok()) {
-      End(serialized);
-      return;
-    }
+    const grpc::Slice serialized = Serialize(message);
+    out_ = grpc::ByteBuffer(&serialized, 1);
     service_->Watch(this, absl::Now());
     Write(&out_);
   }
@@ -168,8 +170,7 @@ class CoordinatorService::TaskWriter final
   // written.
   std::shared_ptr<const EncodedWeights> encoded_;
   size_t next_chunk_ = 0;
-  v1::TaskMessage message_;  // the task header
-  grpc::ByteBuffer out_;     // the message being written
+  grpc::ByteBuffer out_;  // the message being written
 };
 
 // PushGradient: reads the header, admits it (so a push that cannot count is
@@ -436,10 +437,7 @@ CoordinatorService::Encode(const Weights& weights) {
   encoded->payload_bytes = writer.total_bytes();
   v1::TaskMessage message;
   while (writer.Next(message.mutable_chunk())) {
-    const size_t size = message.ByteSizeLong();
-    grpc_slice slice = grpc_slice_malloc(size);
-    message.SerializeWithCachedSizesToArray(GRPC_SLICE_START_PTR(slice));
-    encoded->chunks.emplace_back(slice, grpc::Slice::STEAL_REF);
+    encoded->chunks.push_back(Serialize(message));
     message.Clear();
   }
   encoded_ = encoded;
