@@ -727,12 +727,9 @@ class PushCall final
       // the same update again after a short jittered pause; if the round has
       // closed by then, that push is late.
       swarm_->Retried("PushGradient", status);
-      Swarm* swarm = swarm_;
-      Sim* s = s_;
-      const int64_t round = round_;
-      swarm->PushAt(
-          absl::Now() + absl::Milliseconds(100 + 100 * swarm->Uniform()), s,
-          round);
+      swarm_->PushAt(
+          absl::Now() + absl::Milliseconds(100 + 100 * swarm_->Uniform()), s_,
+          round_);
       delete this;
       return;
     }
