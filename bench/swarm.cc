@@ -47,7 +47,9 @@
 #include "absl/time/time.h"
 #include "bench/process_stats.h"
 #include "common/flags.h"
+#include "common/grpc_status.h"
 #include "common/model_spec.h"
+#include "common/retry.h"
 #include "common/tensor_codec.h"
 #include "fedlearn/v1/coordinator.grpc.pb.h"
 
@@ -182,13 +184,6 @@ void Say(absl::string_view what, absl::string_view call,
                s.error_message().c_str());
 }
 
-// A failure that says the coordinator was busy or out of reach, not that the
-// call was wrong: the agent tries such a call again.
-bool IsTransient(const grpc::Status& s) {
-  return s.error_code() == grpc::StatusCode::UNAVAILABLE ||
-         s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
-         s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
-}
 constexpr int kJoinAttempts = 8;
 
 class Swarm;
@@ -310,9 +305,8 @@ class Swarm {
   }
 
   void Poll(Sim* s);
-  // Joins `s`; a join that fails for want of the coordinator (UNAVAILABLE,
-  // DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED) is tried again after a capped,
-  // jittered backoff, as the agent does, up to kJoinAttempts times. `then`
+  // Joins `s`; a join that fails as the agent retries (IsRetryable) is
+  // tried again after the agent's backoff, up to kJoinAttempts times. `then`
   // runs once, when the join succeeded or gave up.
   void Join(Sim* s, bool name_previous, std::function<void()> then,
             int attempt = 1);
@@ -498,13 +492,13 @@ void Swarm::Join(Sim* s, bool name_previous, std::function<void()> then,
           }
           if (!joined.retired_client_id().empty()) ++retired;
           Poll(s);
-        } else if (IsTransient(status) && attempt < kJoinAttempts) {
+        } else if (IsRetryable(FromGrpcStatus(status).code()) &&
+                   attempt < kJoinAttempts) {
           Retried("Join", status);
-          // 0.1 s doubling to at most 5 s, times a jitter in [0.5, 1).
+          // The agent's defaults: 0.1 s doubling to at most 10 s.
           const absl::Duration backoff =
-              std::min(absl::Milliseconds(100) * (1 << (attempt - 1)),
-                       absl::Seconds(5)) *
-              (0.5 + 0.5 * Uniform());
+              Backoff(attempt - 1, absl::Milliseconds(100), absl::Seconds(10),
+                      Uniform());
           timers_.At(absl::Now() + backoff,
                      [this, s, name_previous, then, attempt] {
                        Join(s, name_previous, then, attempt + 1);

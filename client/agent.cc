@@ -20,6 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "common/files.h"
+#include "common/retry.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
 
@@ -187,12 +188,6 @@ class HeartbeatLoop {
 // How long a wait that cannot be woken (AwaitCoordinator's) may delay Stop().
 constexpr absl::Duration kStopLatency = absl::Milliseconds(100);
 
-bool IsRetryable(absl::StatusCode code) {
-  return code == absl::StatusCode::kUnavailable ||
-         code == absl::StatusCode::kDeadlineExceeded ||
-         code == absl::StatusCode::kCancelled;
-}
-
 // The answers to a push or report that only mean the round has moved on
 // without it: not counted, nothing to fix.
 bool RoundMovedOn(absl::StatusCode code) {
@@ -296,13 +291,9 @@ absl::Status Agent::AwaitCoordinator(absl::Duration delay) {
 }
 
 absl::Duration Agent::NextBackoff() {
-  const int doublings = std::min(failures_, 30);
-  ++failures_;
-  const absl::Duration capped =
-      std::min(options_.max_backoff,
-               options_.initial_backoff * (int64_t{1} << doublings));
-  std::uniform_real_distribution<double> jitter(0.8, 1.2);
-  return capped * jitter(jitter_);
+  const int failures = failures_++;
+  return Backoff(failures, options_.initial_backoff, options_.max_backoff,
+                 std::uniform_real_distribution<double>(0, 1)(jitter_));
 }
 
 void Agent::NoteContact(Op op) {
