@@ -88,7 +88,6 @@ RunController::RunController(CoordinatorOptions options, ModelSpec spec,
       store_(std::move(store)),
       run_id_(RandomHex(8)),
       strategy_(std::move(strategy)),
-      global_(std::make_shared<const std::vector<float>>(std::move(initial))),
       clients_({options_.max_clients, options_.client_timeout, options_.seed,
                 2 * options_.heartbeat_interval}),
       scheduler_(MakeScheduler(options_)),
@@ -99,10 +98,16 @@ RunController::RunController(CoordinatorOptions options, ModelSpec spec,
   plan.set_proximal_mu(static_cast<float>(strategy_.config.proximal_mu()));
   plan_ = std::make_shared<const v1::TrainingPlan>(std::move(plan));
   absl::MutexLock lock(&mu_);
+  writable_global_ = std::make_shared<std::vector<float>>(std::move(initial));
+  global_ = writable_global_;
+  // The first step's output, made and touched now rather than under the lock
+  // at the first close.
+  retired_ = std::make_shared<std::vector<float>>(global_->size());
   if (resume.has_value()) {
     const v1::CoordinatorState& s = resume->state;
     run_id_ = s.run_id();
     global_ = std::move(resume->weights);
+    writable_global_ = nullptr;
     version_ = s.model_round();
     phase_ = s.phase() == v1::PHASE_EVALUATING || s.phase() == v1::PHASE_DONE
                  ? s.phase()
@@ -621,9 +626,16 @@ void RunController::CloseStepLocked(absl::string_view outcome, absl::Time now,
          record.round(), record.attempt(), why_abandoned, record.responded(),
          record.selected());
   } else {
-    auto next = std::make_shared<std::vector<float>>(global_->size());
+    // Step writes every parameter of `next`, so a reused buffer's old values
+    // never show through.
+    std::shared_ptr<std::vector<float>> next = std::move(retired_);
+    if (next == nullptr || next.use_count() > 1) {
+      next = std::make_shared<std::vector<float>>(global_->size());
+    }
     strategy_.optimizer->Step(*delta, *global_, absl::MakeSpan(*next));
     strategy_.aggregator->Reset();
+    retired_ = std::move(writable_global_);
+    writable_global_ = next;
     global_ = std::move(next);
     ++version_;
     ++counters.rounds_completed;

@@ -32,8 +32,9 @@ class ServerOptimizer {
  public:
   virtual ~ServerOptimizer() = default;
 
-  // Writes the next global model into `next` from `current` and `delta` (all
-  // num_parameters long; `next` must not alias `current`).
+  // Writes the next global model into every element of `next` (whatever it
+  // held before: the run controller reuses buffers) from `current` and
+  // `delta` (all num_parameters long; `next` must not alias `current`).
   virtual void Step(absl::Span<const double> delta,
                     absl::Span<const float> current,
                     absl::Span<float> next) = 0;
