@@ -9,7 +9,8 @@
 // idle for --idle_seconds while measuring the coordinator's CPU and RSS, then
 // join one more client, which lets the coordinator (started with
 // --min_clients=N+1) open its first round; run until every client was told
-// DONE. A prober measures GetStatus and /metrics latency throughout.
+// DONE. A prober in a process of its own (bench/status_probe) measures
+// GetStatus and /metrics latency throughout.
 //
 // Memory of the swarm itself: per client a few hundred bytes and one held
 // poll; the update it pushes is encoded once and shared by every push; a
@@ -20,7 +21,6 @@
 #include <grpcpp/client_context.h>
 #include <grpcpp/create_channel.h>
 #include <grpcpp/support/client_callback.h>
-#include <httplib.h>
 
 #include <algorithm>
 #include <atomic>
@@ -45,6 +45,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "bench/probe_process.h"
 #include "bench/process_stats.h"
 #include "common/flags.h"
 #include "common/grpc_status.h"
@@ -54,7 +55,8 @@
 #include "fedlearn/v1/coordinator.grpc.pb.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:50051", "coordinator address");
-ABSL_FLAG(int, http_port, 8080, "the coordinator's HTTP port (/metrics)");
+ABSL_FLAG(int, http_port, 8080,
+          "the coordinator's HTTP port (/metrics, for bench/status_probe)");
 ABSL_FLAG(int, coordinator_pid, 0,
           "the coordinator's process id, for its RSS and CPU (0: not read)");
 ABSL_FLAG(int, clients, 1000, "simulated clients");
@@ -753,70 +755,6 @@ class PushCall final
 
 void Swarm::Push(Sim* s, int64_t round) { new PushCall(this, s, round); }
 
-// GetStatus and /metrics, one every 100 ms each, latencies kept by phase.
-class Prober {
- public:
-  Prober() {
-    grpc::ChannelArguments args;
-    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    args.SetMaxReceiveMessageSize(64 << 20);
-    stub_ = v1::Coordinator::NewStub(
-        grpc::CreateCustomChannel(absl::GetFlag(FLAGS_coordinator),
-                                  grpc::InsecureChannelCredentials(), args));
-    thread_ = std::thread([this] { Loop(); });
-  }
-  ~Prober() {
-    stop_ = true;
-    thread_.join();
-  }
-  // Starts a new set of samples under `label`.
-  void Phase(std::string label) {
-    absl::MutexLock lock(&mu_);
-    label_ = std::move(label);
-  }
-  std::map<std::string, std::vector<double>> Samples() {
-    absl::MutexLock lock(&mu_);
-    return samples_;
-  }
-  int errors() const { return errors_.load(); }
-
- private:
-  void Loop() {
-    httplib::Client http("127.0.0.1", absl::GetFlag(FLAGS_http_port));
-    http.set_read_timeout(30, 0);
-    while (!stop_.load()) {
-      absl::Time t0 = absl::Now();
-      grpc::ClientContext context;
-      context.set_deadline(absl::ToChronoTime(t0 + absl::Seconds(30)));
-      v1::GetStatusRequest request;
-      v1::GetStatusResponse response;
-      const bool status_ok =
-          stub_->GetStatus(&context, request, &response).ok();
-      const double status_ms = absl::ToDoubleMilliseconds(absl::Now() - t0);
-      t0 = absl::Now();
-      auto metrics = http.Get("/metrics");
-      const bool metrics_ok = metrics && metrics->status == 200;
-      const double metrics_ms = absl::ToDoubleMilliseconds(absl::Now() - t0);
-      {
-        absl::MutexLock lock(&mu_);
-        if (status_ok)
-          samples_[absl::StrCat(label_, " GetStatus")].push_back(status_ms);
-        if (metrics_ok)
-          samples_[absl::StrCat(label_, " /metrics")].push_back(metrics_ms);
-      }
-      if (!status_ok || !metrics_ok) ++errors_;
-      absl::SleepFor(absl::Milliseconds(100));
-    }
-  }
-  std::unique_ptr<v1::Coordinator::Stub> stub_;
-  std::thread thread_;
-  std::atomic<bool> stop_{false};
-  std::atomic<int> errors_{0};
-  absl::Mutex mu_;
-  std::string label_ ABSL_GUARDED_BY(mu_) = "idle";
-  std::map<std::string, std::vector<double>> samples_ ABSL_GUARDED_BY(mu_);
-};
-
 // The coordinator's phase, round and records, counted by outcome.
 int PrintStatus() {
   grpc::ChannelArguments args;
@@ -869,7 +807,8 @@ int Run() {
   swarm.JoinRange(0, n, absl::GetFlag(FLAGS_join_concurrency));
   const absl::Duration join_time = absl::Now() - join_start;
   swarm.StartHeartbeats();
-  Prober prober;
+  ProbeProcess prober(absl::GetFlag(FLAGS_coordinator),
+                      absl::GetFlag(FLAGS_http_port));
 
   // Idle: every client polls (and heartbeats); nothing else happens. The
   // first quarter lets the last polls settle before CPU is counted.
@@ -885,7 +824,6 @@ int Run() {
   const int64_t rss_idle = pid > 0 ? RssKb(pid) : 0;
 
   // The starter: one more client, and the first round opens.
-  prober.Phase("rounds");
   const absl::Time rounds_start = absl::Now();
   // The coordinator's resources at each round (--sample_rounds).
   struct Sample {
@@ -951,15 +889,13 @@ int Run() {
                 r.downloads, fanout, close_next, round_s, r.accepted,
                 r.rejected);
   }
-  for (const auto& [label, samples] : prober.Samples()) {
-    const Percentiles p = Of(samples);
-    std::printf("%-20s p50 %7.2f ms  p99 %7.2f ms  (%zu calls)\n",
-                label.c_str(), p.p50, p.p99, p.n);
+  int64_t error_count = errors.Total();
+  for (const std::string& line : prober.Finish(&error_count)) {
+    std::printf("%s\n", line.c_str());
   }
   swarm.Lates().Print("late (after its round closed at quorum)");
   swarm.Retries().Print("retried");
   errors.Print("error");
-  const int64_t error_count = prober.errors() + errors.Total();
   if (!samples.empty()) {
     std::vector<std::pair<double, double>> rss, fds, threads;
     for (const Sample& x : samples) {
