@@ -285,7 +285,9 @@ class Client:
         while True:
             try:
                 self.joined = self._stub.Join(self._join_request, timeout=30)
-                self._buffers = None  # the model may differ after a restart
+                # Made now, while the client waits for its first task; remade on
+                # every join, since the model may differ after a restart.
+                self._buffers = Reassembler.buffers(self.joined.model)
                 break
             except grpc.RpcError as e:
                 if e.code() in (grpc.StatusCode.UNAVAILABLE,
@@ -324,8 +326,6 @@ class Client:
                             raise FedlearnError(
                                 f"task announces {task.num_tensors} tensors, the model "
                                 f"has {len(spec.tensors)}")
-                        if self._buffers is None:
-                            self._buffers = Reassembler.buffers(spec)
                         weights = Reassembler(pb2, spec, self._buffers)
                 elif weights is not None:
                     # Verified and placed as it arrives, while gRPC receives the next.

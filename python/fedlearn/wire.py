@@ -98,8 +98,13 @@ class Reassembler:
 
     @staticmethod
     def buffers(spec) -> List[np.ndarray]:
-        """Byte buffers to receive ``spec``'s tensors into, one per tensor."""
-        return [np.empty(tensor_numel(t.shape) * 4, dtype=np.uint8) for t in spec.tensors]
+        """Byte buffers to receive ``spec``'s tensors into, one per tensor. Their pages
+        are touched here, so that the first download into them does not also pay a
+        page fault per 4 KiB (14 ms of mnist_cnn's 4.8 MB on a KVM guest)."""
+        buffers = [np.empty(tensor_numel(t.shape) * 4, dtype=np.uint8) for t in spec.tensors]
+        for b in buffers:
+            b.fill(0)
+        return buffers
 
     def __init__(self, pb2, spec, buffers: Optional[List[np.ndarray]] = None):
         self._pb2 = pb2
