@@ -1,6 +1,7 @@
 #include "server/run_controller.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <utility>
@@ -106,8 +107,9 @@ RunController::RunController(CoordinatorOptions options, ModelSpec spec,
   if (resume.has_value()) {
     const v1::CoordinatorState& s = resume->state;
     run_id_ = s.run_id();
-    global_ = std::move(resume->weights);
-    writable_global_ = nullptr;
+    // Into the reusable buffer (ReadSafetensors checked the size against the
+    // spec), so that a resumed run reuses buffers like a fresh one.
+    writable_global_->assign(resume->weights->begin(), resume->weights->end());
     version_ = s.model_round();
     phase_ = s.phase() == v1::PHASE_EVALUATING || s.phase() == v1::PHASE_DONE
                  ? s.phase()
@@ -631,6 +633,10 @@ void RunController::CloseStepLocked(absl::string_view outcome, absl::Time now,
     std::shared_ptr<std::vector<float>> next = std::move(retired_);
     if (next == nullptr || next.use_count() > 1) {
       next = std::make_shared<std::vector<float>>(global_->size());
+    } else {
+      // use_count is a relaxed load: order the last holder's reads (it let go
+      // with an acq_rel decrement) before the writes below.
+      std::atomic_thread_fence(std::memory_order_acquire);
     }
     strategy_.optimizer->Step(*delta, *global_, absl::MakeSpan(*next));
     strategy_.aggregator->Reset();

@@ -269,8 +269,8 @@ class RunController {
   bool timer_dirty_ ABSL_GUARDED_BY(mu_) = false;  // wakes the timer thread
   v1::Phase phase_ ABSL_GUARDED_BY(mu_) = v1::PHASE_WAITING_FOR_CLIENTS;
   Weights global_ ABSL_GUARDED_BY(mu_);
-  // The global model's buffer as this controller made it (null for a
-  // restored model), and the one before it: the next model is
+  // The global model's buffer (writable, as this controller made it), and the
+  // one before it: the next model is
   // computed into `retired_` when nothing else holds it any more (a task's
   // snapshot, a save), instead of into a fresh model-sized block, which costs
   // a page fault per 4 KiB page under the lock (on the VMs this runs on, more

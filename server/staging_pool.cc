@@ -9,11 +9,11 @@ namespace fedlearn {
 
 StagingPool::StagingPool(int num_buffers, size_t buffer_floats, Policy policy)
     : buffer_floats_(buffer_floats), policy_(policy) {
-  // Buffers are allocated lazily, on first use, and then kept: a coordinator
-  // that never sees concurrent pushes never pays for the extra buffers. The
-  // first is made (and its pages touched) now, since every run needs it: the
-  // first push would otherwise wait for a page fault per 4 KiB before its
-  // go-ahead (14 ms for mnist_cnn's 4.8 MB on this project's test VM).
+  // The first buffer is made (and its pages touched) now, since every run
+  // needs it: the first push would otherwise wait for a page fault per 4 KiB
+  // before its go-ahead (14 ms for mnist_cnn's 4.8 MB on this project's test
+  // VM). The others are allocated on first use and then kept: a coordinator
+  // that never sees concurrent pushes never pays for them.
   free_.resize(num_buffers);
   if (!free_.empty()) {
     free_.back() = std::make_unique<std::vector<float>>(buffer_floats_);

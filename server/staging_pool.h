@@ -26,8 +26,10 @@ struct StagingPolicy {
 // A fixed set of model-sized buffers that incoming updates are received into
 // before they are verified and folded. An update is folded only once all of it
 // has arrived and checked out, so that a rejected update changes nothing;
-// bounding the buffers bounds the coordinator's memory at (buffers + 3) x model
-// size whatever the number of clients: a push that finds no free buffer is not
+// bounding the buffers bounds the coordinator's memory at (buffers + 4) x model
+// size whatever the number of clients (the global model and the one before it,
+// the double accumulator, and the snapshots downloads and saves still hold,
+// besides): a push that finds no free buffer is not
 // read until one frees up (gRPC flow control holds the client back).
 //
 // A buffer goes only to an upload that is actually sending. Reclaim takes a
