@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 
@@ -28,7 +29,13 @@ ProbeProcess::ProbeProcess(const std::string& coordinator, int http_port) {
     argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   int in[2], out[2];
-  if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0) {
+  if (pipe2(in, O_CLOEXEC) != 0) {
+    error_ = "cannot make pipes for the status probe";
+    return;
+  }
+  if (pipe2(out, O_CLOEXEC) != 0) {
+    close(in[0]);
+    close(in[1]);
     error_ = "cannot make pipes for the status probe";
     return;
   }
@@ -61,12 +68,16 @@ std::vector<std::string> ProbeProcess::Finish(int64_t* errors) {
   close(to_probe_);
   std::string text;
   char buffer[4096];
-  for (ssize_t n; (n = read(from_probe_, buffer, sizeof(buffer))) > 0;) {
+  for (;;) {
+    const ssize_t n = read(from_probe_, buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
     text.append(buffer, n);
   }
   close(from_probe_);
   int status = 0;
-  waitpid(pid_, &status, 0);
+  while (waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+  }
   std::vector<std::string> lines;
   bool reported = false;
   for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {

@@ -12,7 +12,7 @@ namespace fedlearn {
 // bench/status_probe in a process of its own, beside the running binary (see
 // status_probe.cc for why): started when constructed, against the coordinator
 // at `coordinator` (gRPC) and `http_port` (/metrics). Finish stops it and
-// returns its report.
+// returns its report. Not thread-safe: one thread makes it and calls Finish.
 class ProbeProcess {
  public:
   ProbeProcess(const std::string& coordinator, int http_port);
