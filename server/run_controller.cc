@@ -99,8 +99,7 @@ RunController::RunController(CoordinatorOptions options, ModelSpec spec,
   plan.set_proximal_mu(static_cast<float>(strategy_.config.proximal_mu()));
   plan_ = std::make_shared<const v1::TrainingPlan>(std::move(plan));
   absl::MutexLock lock(&mu_);
-  writable_global_ = std::make_shared<std::vector<float>>(std::move(initial));
-  global_ = writable_global_;
+  global_ = std::make_shared<std::vector<float>>(std::move(initial));
   // The first step's output, made and touched now rather than under the lock
   // at the first close.
   retired_ = std::make_shared<std::vector<float>>(global_->size());
@@ -109,7 +108,7 @@ RunController::RunController(CoordinatorOptions options, ModelSpec spec,
     run_id_ = s.run_id();
     // Into the reusable buffer (ReadSafetensors checked the size against the
     // spec), so that a resumed run reuses buffers like a fresh one.
-    writable_global_->assign(resume->weights->begin(), resume->weights->end());
+    global_->assign(resume->weights->begin(), resume->weights->end());
     version_ = s.model_round();
     phase_ = s.phase() == v1::PHASE_EVALUATING || s.phase() == v1::PHASE_DONE
                  ? s.phase()
@@ -640,8 +639,7 @@ void RunController::CloseStepLocked(absl::string_view outcome, absl::Time now,
     }
     strategy_.optimizer->Step(*delta, *global_, absl::MakeSpan(*next));
     strategy_.aggregator->Reset();
-    retired_ = std::move(writable_global_);
-    writable_global_ = next;
+    retired_ = std::move(global_);
     global_ = std::move(next);
     ++version_;
     ++counters.rounds_completed;

@@ -268,14 +268,13 @@ class RunController {
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   bool timer_dirty_ ABSL_GUARDED_BY(mu_) = false;  // wakes the timer thread
   v1::Phase phase_ ABSL_GUARDED_BY(mu_) = v1::PHASE_WAITING_FOR_CLIENTS;
-  Weights global_ ABSL_GUARDED_BY(mu_);
-  // The global model's buffer (writable, as this controller made it), and the
-  // one before it: the next model is
-  // computed into `retired_` when nothing else holds it any more (a task's
-  // snapshot, a save), instead of into a fresh model-sized block, which costs
-  // a page fault per 4 KiB page under the lock (on the VMs this runs on, more
-  // than the step itself). At most two model buffers beyond the snapshots.
-  std::shared_ptr<std::vector<float>> writable_global_ ABSL_GUARDED_BY(mu_);
+  // The global model, handed out as a read-only `Weights` snapshot, and the
+  // one before it: the next model is computed into `retired_` when nothing
+  // else holds it any more (a task's snapshot, a save), instead of into a
+  // fresh model-sized block, which costs a page fault per 4 KiB page under the
+  // lock (on the VMs this runs on, more than the step itself). At most two
+  // model buffers beyond the snapshots. Only the close writes either.
+  std::shared_ptr<std::vector<float>> global_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<std::vector<float>> retired_ ABSL_GUARDED_BY(mu_);
   int64_t version_ ABSL_GUARDED_BY(mu_) = 0;  // model versions made
   std::string stop_reason_ ABSL_GUARDED_BY(mu_);
