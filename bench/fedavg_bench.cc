@@ -14,10 +14,12 @@
 
 #include "absl/types/span.h"
 #include "benchmark/benchmark.h"
+#include "common/crc32c.h"
 #include "common/model_spec.h"
 #include "server/privacy/secure_gaussian.h"
 #include "server/strategy/aggregator.h"
 #include "server/strategy/server_optimizer.h"
+#include "server/strategy/update_transform.h"
 
 namespace fedlearn {
 namespace {
@@ -68,6 +70,32 @@ void BM_FedAvgFold(benchmark::State& state) {
                           sizeof(float));
 }
 BENCHMARK(BM_FedAvgFold)->Unit(benchmark::kMicrosecond);
+
+// What the coordinator does to every received byte besides the fold: the
+// CRC-32C of each chunk and of each tensor (one pass here: the tensor's CRC
+// extends the chunks'), and the update's norm.
+void BM_Crc32c(benchmark::State& state) {
+  const auto& updates = Updates();
+  size_t next = 0;
+  for (auto _ : state) {
+    const std::vector<float>& u = updates[next++ % kUpdates];
+    benchmark::DoNotOptimize(Crc32c(u.data(), u.size() * sizeof(float)));
+  }
+  state.SetBytesProcessed(state.iterations() * updates[0].size() *
+                          sizeof(float));
+}
+BENCHMARK(BM_Crc32c)->Unit(benchmark::kMicrosecond);
+
+void BM_L2Norm(benchmark::State& state) {
+  const auto& updates = Updates();
+  size_t next = 0;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(L2Norm(updates[next++ % kUpdates]));
+  }
+  state.SetBytesProcessed(state.iterations() * updates[0].size() *
+                          sizeof(float));
+}
+BENCHMARK(BM_L2Norm)->Unit(benchmark::kMicrosecond);
 
 // The close of a FedAvg round: the mean, and server SGD at rate 1 writing the
 // next model.

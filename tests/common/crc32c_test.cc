@@ -89,6 +89,42 @@ TEST(Crc32cTest, UnalignedStartsAndOddLengths) {
   }
 }
 
+// Long inputs go through three interleaved chains (stretches of 4096 and of
+// 128 bytes) whose results are combined; every length around those blocks'
+// edges, at odd starts, must still be the plain CRC.
+TEST(Crc32cTest, LongInputsAroundTheInterleavedBlocksMatchTheReference) {
+  const std::vector<uint8_t> bytes =
+      RandomBytes(2 * 3 * 4096 + 3 * 128 + 64, 6);
+  std::vector<size_t> lengths;
+  for (size_t block : {3u * 128, 3u * 4096, 2u * 3 * 4096}) {
+    for (size_t n = block - 9; n <= block + 9; ++n) lengths.push_back(n);
+  }
+  lengths.push_back(3 * 4096 + 3 * 128 + 8 + 7);  // every tier once
+  lengths.push_back(bytes.size() - 3);
+  for (size_t start : {0u, 1u, 3u}) {
+    for (size_t n : lengths) {
+      ASSERT_LE(start + n, bytes.size());
+      EXPECT_EQ(Crc32c(bytes.data() + start, n),
+                ReferenceCrc32c(bytes.data() + start, n))
+          << "start " << start << ", length " << n;
+    }
+  }
+}
+
+TEST(Crc32cTest, AFlippedBitInAnyInterleavedStretchIsDetected) {
+  // One bit in each of the three stretches of a long block, and in the tail.
+  std::vector<uint8_t> bytes = RandomBytes(3 * 4096 + 100, 7);
+  const uint32_t before = Crc32c(bytes.data(), bytes.size());
+  for (size_t i : {0u, 4095u, 4096u, 8191u, 8192u, 12287u, 12288u, 12387u}) {
+    bytes[i] ^= 0x10;
+    EXPECT_EQ(Crc32c(bytes.data(), bytes.size()),
+              ReferenceCrc32c(bytes.data(), bytes.size()))
+        << "byte " << i;
+    EXPECT_NE(Crc32c(bytes.data(), bytes.size()), before) << "byte " << i;
+    bytes[i] ^= 0x10;
+  }
+}
+
 TEST(Crc32cTest, SameBytesAtDifferentAlignmentsGiveTheSameValue) {
   const std::string s = "123456789";
   alignas(16) char buf[32];
