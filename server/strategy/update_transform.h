@@ -31,7 +31,8 @@ class ClipToNorm final : public UpdateTransform {
   const double max_norm_;
 };
 
-// The L2 norm of `values`, summed in double.
+// The L2 norm of `values`, summed in double (in eight interleaved partial
+// sums, the same on every machine).
 double L2Norm(absl::Span<const float> values);
 
 }  // namespace fedlearn
