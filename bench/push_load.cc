@@ -1,7 +1,14 @@
 // push_load: N clients in one process, each with its own connection, that join
 // a coordinator, take their TRAIN task, wait until every one of them has its
-// weights, then push their updates all at once; then evaluate and exit on DONE.
-// It is the load for the coordinator memory benchmark (bench/aggregation.sh).
+// weights, then push their updates all at once; then, once every push is
+// answered, evaluate and exit on DONE. It is the load for the coordinator's
+// memory and ingest benchmark (bench/aggregation.sh).
+//
+// The load shares the machine's cores with the coordinator, so it does as
+// little as a client can: the clients' updates are seven shared vectors, not
+// one each, and no client downloads its next task while others still push
+// (the reply to the last push would otherwise wait behind 99 downloads for a
+// thread of this process, and count as ingest time).
 
 #include <grpcpp/create_channel.h>
 
@@ -47,9 +54,21 @@ class Barrier {
   int remaining_ ABSL_GUARDED_BY(mu_);
 };
 
+// The update of every client whose index is `kind` modulo 7: 1e-3 * kind in
+// every element. Made once, by the first client that asks.
+const std::vector<float>& SharedDelta(int kind, size_t size) {
+  static absl::Mutex mu;
+  static std::vector<float> deltas[7] ABSL_GUARDED_BY(mu);
+  absl::MutexLock lock(&mu);
+  std::vector<float>& delta = deltas[kind];
+  if (delta.size() != size)
+    delta.assign(size, 1e-3f * static_cast<float>(kind));
+  return delta;
+}
+
 int Run() {
   const int n = absl::GetFlag(FLAGS_clients);
-  Barrier weights_in_hand(n);
+  Barrier weights_in_hand(n), all_pushed(n);
   std::atomic<int> failures{0};
   std::atomic<int64_t> pushed_bytes{0};
   absl::Mutex mu;
@@ -75,6 +94,7 @@ int Run() {
                    joined.status().ToString().c_str());
       ++failures;
       weights_in_hand.ArriveAndWait();
+      all_pushed.ArriveAndWait();
       return;
     }
     bool trained = false;
@@ -86,13 +106,18 @@ int Run() {
         std::fprintf(stderr, "%s: poll: %s\n", client.client_id().c_str(),
                      task.status().ToString().c_str());
         ++failures;
-        if (!trained) weights_in_hand.ArriveAndWait();
+        if (!trained) {
+          weights_in_hand.ArriveAndWait();
+          all_pushed.ArriveAndWait();
+        }
         return;
       }
       switch (task->task.type()) {
         case v1::TASK_TYPE_TRAIN: {
-          std::vector<float> delta(task->weights.size(), 1e-3f * (index % 7));
-          if (!trained) weights_in_hand.ArriveAndWait();
+          const std::vector<float>& delta =
+              SharedDelta(index % 7, task->weights.size());
+          const bool first = !trained;
+          if (first) weights_in_hand.ArriveAndWait();
           trained = true;
           const absl::Time start = absl::Now();
           v1::UpdateHeader header;
@@ -108,17 +133,20 @@ int Run() {
           } else {
             pushed_bytes += static_cast<int64_t>(delta.size() * sizeof(float));
           }
-          absl::MutexLock lock(&mu);
-          first_push = std::min(first_push, start);
-          last_push = std::max(last_push, end);
-          task_wait_seconds +=
-              absl::ToDoubleSeconds(task->header_received - polled);
-          download_seconds +=
-              absl::ToDoubleSeconds(received - task->header_received);
-          upload_seconds += absl::ToDoubleSeconds(end - start);
-          downloaded += static_cast<int64_t>(task->weights.size() * 4);
-          uploaded += static_cast<int64_t>(delta.size() * 4);
-          ++tasks;
+          {
+            absl::MutexLock lock(&mu);
+            first_push = std::min(first_push, start);
+            last_push = std::max(last_push, end);
+            task_wait_seconds +=
+                absl::ToDoubleSeconds(task->header_received - polled);
+            download_seconds +=
+                absl::ToDoubleSeconds(received - task->header_received);
+            upload_seconds += absl::ToDoubleSeconds(end - start);
+            downloaded += static_cast<int64_t>(task->weights.size() * 4);
+            uploaded += static_cast<int64_t>(delta.size() * 4);
+            ++tasks;
+          }
+          if (first) all_pushed.ArriveAndWait();
           break;
         }
         case v1::TASK_TYPE_EVALUATE: {
