@@ -45,11 +45,12 @@ constexpr int kSelected = 10;
 
 class SlowClientsTest : public ::testing::Test {
  protected:
-  // Ten clients, all selected for round 1, tolerance 0.3 (quorum 7), the
-  // default two receive buffers, and a deadline far beyond anything a round
-  // at quorum takes here: a round that waits for the slow ones is abandoned
-  // there, and the test fails.
+  // Ten clients, all selected for round 1, tolerance 0.3 (quorum 7), two
+  // receive buffers (fewer than the slow clients, so that they must be taken
+  // back), and a deadline far beyond anything a round at quorum takes here: a
+  // round that waits for the slow ones is abandoned there, and the test fails.
   void Start(CoordinatorOptions o = SmallRun()) {
+    o.max_concurrent_updates = 2;
     o.min_clients = kSelected;
     o.clients_per_round = kSelected;
     o.tolerance = 0.3;
