@@ -25,6 +25,27 @@ tmp=$(mktemp -d)
 source bench/coordinator.sh
 
 lscpu | grep -E '^Model name|^CPU\(s\)' | tr -s ' '
+
+# The kernel's TCP counters around a run. Both ends of every connection share this
+# machine's TCP memory (net.ipv4.tcp_mem): when a round's downloads fill the clients'
+# receive queues faster than swarm reads them, the kernel enters memory pressure, drops
+# and retransmits, and may abort a connection; a run that did is not the coordinator's
+# figure alone, and says so.
+tcp_counters() {
+  awk '/^TcpExt:/ { if (!names) { split($0, names_, " "); names = 1 } else {
+         for (i = 2; i <= NF; i++) v[names_[i]] = $i } }
+       /^Tcp:/ { if (!tnames) { split($0, tn, " "); tnames = 1 } else {
+         for (i = 2; i <= NF; i++) if (tn[i] == "RetransSegs") r = $i } }
+       END { print v["TCPMemoryPressures"]+0, r+0, v["TCPAbortOnTimeout"]+0, v["TCPRcvQDrop"]+0 }' \
+    /proc/net/netstat /proc/net/snmp
+}
+tcp_report() {  # before after
+  read -r p0 r0 a0 d0 <<<"$1"
+  read -r p1 r1 a1 d1 <<<"$2"
+  echo "kernel TCP during the run: memory pressure $((p1 - p0)) times, $((r1 - r0))" \
+    "segments retransmitted, $((d1 - d0)) receive-queue drops, $((a1 - a0)) connections" \
+    "aborted on timeout"
+}
 best_n=0 best_rss="" overhead_1000=""
 for n in $sizes; do
   for model in $models; do
@@ -35,9 +56,11 @@ for n in $sizes; do
     echo "== N=$n $model"
     out="$tmp/swarm-$n-$model.txt"
     status=0
+    tcp_before=$(tcp_counters)
     "$build/bench/swarm" --coordinator="127.0.0.1:$port" --http_port="$http" \
       --coordinator_pid="$coordinator" --clients="$n" | tee "$out" || status=$?
     stop_coordinator
+    tcp_report "$tcp_before" "$(tcp_counters)"
     result=$(grep '^swarm_result' "$out" || true)
     get() { echo "$result" | grep -o "$1=[^ ]*" | cut -d= -f2; }
     if [ "$status" = 0 ] && [ "$(get errors)" = 0 ] && [ "$n" -gt "$best_n" ] &&
