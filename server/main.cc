@@ -85,8 +85,9 @@ absl::StatusOr<CoordinatorOptions> OptionsFromFlags() {
   return o;
 }
 
-// Model-sized blocks come and go every round: the next global weights, a
-// version's serialized chunks, the strategy's buffers. glibc serves blocks
+// Model-sized blocks come and go every round: a version's serialized chunks,
+// the strategy's buffers (the global weights themselves reuse two buffers, see
+// RunController). glibc serves blocks
 // above its mmap threshold (128 KiB at first, raised as such blocks are freed,
 // at most 32 MiB) with fresh mappings, and gives a freed heap top above its
 // trim threshold back to the system; either way the next round faults every
