@@ -13,9 +13,15 @@
 namespace fedlearn {
 
 CoordinatorClient::CoordinatorClient(std::shared_ptr<grpc::Channel> channel,
-                                     size_t chunk_bytes)
+                                     size_t chunk_bytes,
+                                     absl::Duration call_timeout)
     : stub_(v1::Coordinator::NewStub(std::move(channel))),
-      chunk_bytes_(chunk_bytes) {}
+      chunk_bytes_(chunk_bytes),
+      call_timeout_(call_timeout) {}
+
+void CoordinatorClient::SetCallDeadline(grpc::ClientContext* context) const {
+  context->set_deadline(absl::ToChronoTime(absl::Now() + call_timeout_));
+}
 
 void CoordinatorClient::Authorize(grpc::ClientContext* context) const {
   if (!token_.empty())
@@ -25,6 +31,7 @@ void CoordinatorClient::Authorize(grpc::ClientContext* context) const {
 absl::StatusOr<v1::JoinResponse> CoordinatorClient::Join(
     const v1::JoinRequest& request) {
   grpc::ClientContext context;
+  SetCallDeadline(&context);
   v1::JoinResponse response;
   FEDLEARN_RETURN_IF_ERROR(
       FromGrpcStatus(stub_->Join(&context, request, &response)));
@@ -146,6 +153,7 @@ absl::StatusOr<v1::PushGradientResponse> CoordinatorClient::PushUpdate(
 
 absl::Status CoordinatorClient::ReportEval(v1::ReportEvalRequest request) {
   grpc::ClientContext context;
+  SetCallDeadline(&context);
   Authorize(&context);
   request.set_client_id(client_id_);
   v1::ReportEvalResponse response;
@@ -155,6 +163,7 @@ absl::Status CoordinatorClient::ReportEval(v1::ReportEvalRequest request) {
 absl::StatusOr<v1::HeartbeatResponse> CoordinatorClient::Heartbeat(
     v1::HeartbeatRequest request) {
   grpc::ClientContext context;
+  SetCallDeadline(&context);
   Authorize(&context);
   request.set_client_id(client_id_);
   v1::HeartbeatResponse response;
@@ -165,6 +174,7 @@ absl::StatusOr<v1::HeartbeatResponse> CoordinatorClient::Heartbeat(
 
 absl::StatusOr<v1::GetStatusResponse> CoordinatorClient::GetStatus() {
   grpc::ClientContext context;
+  SetCallDeadline(&context);
   v1::GetStatusResponse response;
   FEDLEARN_RETURN_IF_ERROR(FromGrpcStatus(
       stub_->GetStatus(&context, v1::GetStatusRequest(), &response)));
