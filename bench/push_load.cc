@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,6 +25,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "client/coordinator_client.h"
+#include "common/retry.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:50051", "coordinator address");
 ABSL_FLAG(int, clients, 10, "number of clients");
@@ -89,13 +91,23 @@ int Run() {
         static_cast<size_t>(absl::GetFlag(FLAGS_chunk_bytes)));
     v1::JoinRequest join;
     join.set_display_name(absl::StrCat("load-", index));
-    if (auto joined = client.Join(join); !joined.ok()) {
-      std::fprintf(stderr, "client %d: join: %s\n", index,
+    // The round needs every client: a join that fails for the moment (the
+    // connection, a deadline) is tried again, as an agent would.
+    absl::StatusOr<v1::JoinResponse> joined;
+    for (int attempt = 1; attempt <= 5; ++attempt) {
+      joined = client.Join(join);
+      if (joined.ok() || !IsRetryable(joined.status().code())) break;
+      std::fprintf(stderr, "client %d: join attempt %d: %s\n", index, attempt,
                    joined.status().ToString().c_str());
-      ++failures;
-      weights_in_hand.ArriveAndWait();
-      all_pushed.ArriveAndWait();
-      return;
+      absl::SleepFor(absl::Milliseconds(200) * attempt);
+    }
+    if (!joined.ok()) {
+      // Without it the round never starts, and every other client would poll
+      // for ever.
+      std::fprintf(stderr, "client %d: join: %s; giving up\n", index,
+                   joined.status().ToString().c_str());
+      std::fflush(stdout);
+      std::_Exit(1);
     }
     bool trained = false;
     for (;;) {
