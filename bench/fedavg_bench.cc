@@ -41,33 +41,35 @@ const std::vector<std::vector<float>>& Updates() {
   return *updates;
 }
 
-void BM_StreamingRead(benchmark::State& state) {
+// Runs `pass` on each update in turn, one per iteration, and reports bytes of
+// update data per second.
+template <typename Pass>
+void OverUpdates(benchmark::State& state, Pass pass) {
   const auto& updates = Updates();
   size_t next = 0;
-  for (auto _ : state) {
-    const std::vector<float>& u = updates[next++ % kUpdates];
+  for (auto _ : state) pass(updates[next++ % kUpdates]);
+  state.SetBytesProcessed(state.iterations() * updates[0].size() *
+                          sizeof(float));
+}
+
+void BM_StreamingRead(benchmark::State& state) {
+  OverUpdates(state, [](const std::vector<float>& u) {
     // An integer sum of the words: it vectorises (a float sum would not,
     // without -ffast-math), so this loop runs at the memory's read bandwidth.
     const auto* words = reinterpret_cast<const uint32_t*>(u.data());
     uint32_t sum = 0;
     for (size_t i = 0; i < u.size(); ++i) sum += words[i];
     benchmark::DoNotOptimize(sum);
-  }
-  state.SetBytesProcessed(state.iterations() * updates[0].size() *
-                          sizeof(float));
+  });
 }
 BENCHMARK(BM_StreamingRead)->Unit(benchmark::kMicrosecond);
 
 void BM_FedAvgFold(benchmark::State& state) {
-  const auto& updates = Updates();
-  WeightedMeanAggregator accumulator(updates[0].size());
-  size_t next = 0;
-  for (auto _ : state) {
-    accumulator.Fold(100.0, 1.0, updates[next++ % kUpdates]);
+  WeightedMeanAggregator accumulator(Updates()[0].size());
+  OverUpdates(state, [&accumulator](const std::vector<float>& u) {
+    accumulator.Fold(100.0, 1.0, u);
     benchmark::ClobberMemory();
-  }
-  state.SetBytesProcessed(state.iterations() * updates[0].size() *
-                          sizeof(float));
+  });
 }
 BENCHMARK(BM_FedAvgFold)->Unit(benchmark::kMicrosecond);
 
@@ -75,25 +77,16 @@ BENCHMARK(BM_FedAvgFold)->Unit(benchmark::kMicrosecond);
 // CRC-32C of each chunk and of each tensor (one pass here: the tensor's CRC
 // extends the chunks'), and the update's norm.
 void BM_Crc32c(benchmark::State& state) {
-  const auto& updates = Updates();
-  size_t next = 0;
-  for (auto _ : state) {
-    const std::vector<float>& u = updates[next++ % kUpdates];
+  OverUpdates(state, [](const std::vector<float>& u) {
     benchmark::DoNotOptimize(Crc32c(u.data(), u.size() * sizeof(float)));
-  }
-  state.SetBytesProcessed(state.iterations() * updates[0].size() *
-                          sizeof(float));
+  });
 }
 BENCHMARK(BM_Crc32c)->Unit(benchmark::kMicrosecond);
 
 void BM_L2Norm(benchmark::State& state) {
-  const auto& updates = Updates();
-  size_t next = 0;
-  for (auto _ : state) {
-    benchmark::DoNotOptimize(L2Norm(updates[next++ % kUpdates]));
-  }
-  state.SetBytesProcessed(state.iterations() * updates[0].size() *
-                          sizeof(float));
+  OverUpdates(state, [](const std::vector<float>& u) {
+    benchmark::DoNotOptimize(L2Norm(u));
+  });
 }
 BENCHMARK(BM_L2Norm)->Unit(benchmark::kMicrosecond);
 
