@@ -57,14 +57,15 @@ class Barrier {
 };
 
 // The update of every client whose index is `kind` modulo 7: 1e-3 * kind in
-// every element. Made once, by the first client that asks.
+// every element, `size` of them (the model's, the same for every client).
+// Made once, under the lock, by the first client that asks, and never
+// changed after: the reference stays valid and is only read.
 const std::vector<float>& SharedDelta(int kind, size_t size) {
   static absl::Mutex mu;
-  static std::vector<float> deltas[7] ABSL_GUARDED_BY(mu);
+  static std::vector<float> deltas[7];
   absl::MutexLock lock(&mu);
   std::vector<float>& delta = deltas[kind];
-  if (delta.size() != size)
-    delta.assign(size, 1e-3f * static_cast<float>(kind));
+  if (delta.empty()) delta.assign(size, 1e-3f * static_cast<float>(kind));
   return delta;
 }
 

@@ -31,12 +31,12 @@ lscpu | grep -E '^Model name|^CPU\(s\)' | tr -s ' '
 # receive queues faster than swarm reads them, the kernel enters memory pressure, drops
 # and retransmits, and may abort a connection; a run that did is not the coordinator's
 # figure alone, and says so.
-tcp_counters() {
-  awk '/^TcpExt:/ { if (!names) { split($0, names_, " "); names = 1 } else {
-         for (i = 2; i <= NF; i++) v[names_[i]] = $i } }
-       /^Tcp:/ { if (!tnames) { split($0, tn, " "); tnames = 1 } else {
-         for (i = 2; i <= NF; i++) if (tn[i] == "RetransSegs") r = $i } }
-       END { print v["TCPMemoryPressures"]+0, r+0, v["TCPAbortOnTimeout"]+0, v["TCPRcvQDrop"]+0 }' \
+tcp_counters() {  # each "Tcp:"/"TcpExt:" line of names is followed by one of values
+  awk '$1 == "Tcp:" || $1 == "TcpExt:" {
+         if (!($1 in names)) { names[$1] = $0; next }
+         split(names[$1], name); for (i = 2; i <= NF; i++) v[name[i]] = $i }
+       END { print v["TCPMemoryPressures"] + 0, v["RetransSegs"] + 0,
+                   v["TCPAbortOnTimeout"] + 0, v["TCPRcvQDrop"] + 0 }' \
     /proc/net/netstat /proc/net/snmp
 }
 tcp_report() {  # before after
