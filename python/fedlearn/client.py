@@ -500,7 +500,12 @@ def make_channel(address: str, tls: Optional[TlsConfig] = None) -> Any:
     """A gRPC channel to ``address`` that takes the contract's 1 MiB chunks."""
     grpc, _, _ = proto.modules()
     options = [("grpc.max_receive_message_length", MAX_CHUNK_BYTES + (64 << 10)),
-               ("grpc.max_send_message_length", MAX_CHUNK_BYTES + (64 << 10))]
+               ("grpc.max_send_message_length", MAX_CHUNK_BYTES + (64 << 10)),
+               # RequestUpdate (unary-stream) runs on the thread that reads it, rather
+               # than on gRPC's channel thread, which took the GIL from it for each of
+               # the weights' 75 chunks: downloads 1.3x as fast (README, "The Python
+               # SDK's overhead").
+               (grpc.experimental.ChannelOptions.SingleThreadedUnaryStream, 1)]
     if tls is None:
         return grpc.insecure_channel(address, options=options)
 

@@ -12,6 +12,7 @@ def modules() -> Tuple[Any, Any, Any]:
     what to install when they are missing."""
     try:
         import grpc
+        import grpc.experimental  # noqa: F401 - ChannelOptions, for make_channel
         from fedlearn.v1 import coordinator_pb2, coordinator_pb2_grpc
     except ImportError as e:  # pragma: no cover - depends on the installation
         raise FedlearnError(
