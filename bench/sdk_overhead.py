@@ -7,8 +7,8 @@
                                          epoch of 800 examples at B=10 with Adadelta,
                                          timed (median of 3); prints JSON
     sdk_overhead.py codec                the SDK's own share, without gRPC: reassembly
-                                         with every check, and encoding into chunks, of
-                                         mnist_cnn's 4.8 MB (median of 20); prints JSON
+                                         with every check, and encoding into serialized
+                                         requests, of mnist_cnn's 4.8 MB (median of 20); prints JSON
 
 Run by bench/sdk-overhead.sh with the Python of the SDK's environment.
 """
@@ -72,9 +72,9 @@ def codec():
     out = {}
     for chunk in (64 << 10, 1 << 20):
         def encode():
-            return list(wire.make_chunks(pb2, spec, [wire.encode(v, False)[0]
-                                                     for v in values], chunk, False))
-        chunks = encode()
+            return list(wire.push_requests(pb2, spec, [wire.encode(v, False)[0]
+                                                       for v in values], chunk, False))
+        chunks = [pb2.PushGradientRequest.FromString(r).chunk for r in encode()]
         buffers = wire.Reassembler.buffers(spec)  # as the client: the same every round
 
         def reassemble():

@@ -32,7 +32,7 @@ import numpy as np
 
 from fedlearn import proto
 from fedlearn.errors import FedlearnError, from_rpc_error
-from fedlearn.wire import MAX_CHUNK_BYTES, Payload, Reassembler, encode, make_chunks
+from fedlearn.wire import MAX_CHUNK_BYTES, Payload, Reassembler, encode, push_requests
 
 Weights = List[np.ndarray]
 
@@ -167,6 +167,12 @@ class Client:
         self._session_file = session_file
         self._channel = make_channel(coordinator, tls)
         self._stub = pb2_grpc.CoordinatorStub(self._channel)
+        # PushGradient taking requests already serialized (wire.push_requests).
+        push = self._pb2.DESCRIPTOR.services_by_name["Coordinator"].methods_by_name[
+            "PushGradient"]
+        self._push_serialized = self._channel.stream_unary(
+            f"/{push.containing_service.full_name}/{push.name}",
+            response_deserializer=self._pb2.PushGradientResponse.FromString)
         self._stopping = threading.Event()
         self._rng = random.Random()
         self._failures = 0
@@ -421,18 +427,17 @@ class Client:
         spec = self.joined.model
 
         def requests():
-            yield pb2.PushGradientRequest(header=header)
+            yield pb2.PushGradientRequest(header=header).SerializeToString()
             # The coordinator's initial metadata is the go-ahead: a rejected push
             # finishes before any chunk is sent.
             go.wait()
             if state["call"].done():
                 return
-            for chunk in make_chunks(pb2, spec, payloads, self._chunk_bytes,
-                                     header.encoding == pb2.ENCODING_QUANTIZED):
-                yield pb2.PushGradientRequest(chunk=chunk)
+            yield from push_requests(pb2, spec, payloads, self._chunk_bytes,
+                                     header.encoding == pb2.ENCODING_QUANTIZED)
 
-        call = self._stub.PushGradient.future(requests(), metadata=self._metadata(),
-                                              timeout=120)
+        call = self._push_serialized.future(requests(), metadata=self._metadata(),
+                                            timeout=120)
         state["call"] = call
         try:
             call.initial_metadata()
@@ -502,9 +507,10 @@ def make_channel(address: str, tls: Optional[TlsConfig] = None) -> Any:
     options = [("grpc.max_receive_message_length", MAX_CHUNK_BYTES + (64 << 10)),
                ("grpc.max_send_message_length", MAX_CHUNK_BYTES + (64 << 10)),
                # RequestUpdate (unary-stream) runs on the thread that reads it, rather
-               # than on gRPC's channel thread, which took the GIL from it for each of
-               # the weights' 75 chunks: downloads 1.3x as fast (README, "The Python
-               # SDK's overhead").
+               # than on gRPC's channel thread taking the GIL from it for every message.
+               # The weights' 75 chunks then arrive 1.3x as fast: download 328-352
+               # against 244-260 MB/s, reassembly 4.9 against 8.4 ms per round
+               # (README, "The Python SDK's overhead").
                (grpc.experimental.ChannelOptions.SingleThreadedUnaryStream, 1)]
     if tls is None:
         return grpc.insecure_channel(address, options=options)

@@ -6,7 +6,7 @@ bytes and its offset, up to 1 MiB of payload, the CRC-32C of that payload, and, 
 tensor's last chunk, the CRC-32C of the whole payload. Payloads are little-endian float32
 (``ENCODING_DENSE``) or, for updates, a float32 scale followed by one int8 per value
 (``ENCODING_QUANTIZED``: value = scale * q). Everything here works on whole numpy arrays
-and bytes: no per-element Python loops, and the CRCs come from ``crc32c`` (SSE4.2).
+and bytes: no per-element Python loops, and the CRCs come from ``crc32c``.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ MAX_CHUNK_BYTES = 1 << 20
 Payload = Union[bytes, memoryview]
 
 
-def crc32c(data: bytes, value: int = 0) -> int:
+def crc32c(data: Payload, value: int = 0) -> int:
     """CRC-32C (Castagnoli) of ``data``, continuing from ``value`` (the CRC of a prefix)."""
     return _crc32c.crc32c(data, value)
 
@@ -58,8 +58,8 @@ def _compose(a, b):
 def _shift_matrix(n: int):
     matrix = _shift_cache.get(n)
     if matrix is None:
-        base = _crc32c.crc32c(b"\0", 0)
-        one = [_crc32c.crc32c(b"\0", 1 << k) ^ base for k in range(32)]  # L_1
+        base = crc32c(b"\0", 0)
+        one = [crc32c(b"\0", 1 << k) ^ base for k in range(32)]  # L_1
         matrix = [1 << k for k in range(32)]  # identity
         power = one
         m = n
@@ -202,8 +202,8 @@ def reassemble(pb2, spec, chunks: Iterable) -> List[np.ndarray]:
 def encode(values: np.ndarray, int8: bool) -> tuple:
     """A tensor's payload (bytes-like) and the float32 values the coordinator will decode.
 
-    Dense: the float32 values, as a byte view of them (no copy: ``make_chunks`` copies
-    each chunk out once, into its message). int8 (``ENCODING_QUANTIZED``): a float32 scale
+    Dense: the float32 values, as a byte view of them (no copy: ``push_requests`` copies
+    each chunk out once, into its request). int8 (``ENCODING_QUANTIZED``): a float32 scale
     s = max|x| / 127, then one int8 q = round(x / s) per value, decoded as s * q.
     """
     v = np.ascontiguousarray(values, dtype="<f4").ravel()
@@ -218,26 +218,55 @@ def encode(values: np.ndarray, int8: bool) -> tuple:
     return np.array([scale], dtype="<f4").tobytes() + q.tobytes(), decoded
 
 
-def make_chunks(pb2, spec, payloads: Sequence[Payload], chunk_bytes: int,
-                int8: bool) -> Iterator:
-    """``TensorChunk`` messages for the tensors' payloads, as the contract says."""
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _length_delimited_tag(field) -> bytes:
+    """The key of a length-delimited field (wire type 2), from its descriptor."""
+    return _varint(field.number << 3 | 2)
+
+
+def push_requests(pb2, spec, payloads: Sequence[Payload], chunk_bytes: int,
+                  int8: bool) -> Iterator[bytes]:
+    """The serialized ``PushGradientRequest`` of each chunk of the tensors' payloads,
+    chunked as the contract says.
+
+    Each chunk's payload is copied once, from ``payloads`` straight into its request's
+    bytes. Protobuf serializes the chunk's other fields; its ``data`` field and the
+    request's ``chunk`` field around it are framed here (a key and a length each, the
+    field numbers read from the generated descriptors), which the coordinator parses as
+    it would protobuf's own output: a parser takes a message's fields in any order. Built
+    with the message classes, a 1 MiB chunk was copied four times more (into a
+    ``bytes``, the ``TensorChunk``, the ``PushGradientRequest`` and its serialization).
+    """
     chunk_bytes = max(4, min(chunk_bytes & ~3, MAX_CHUNK_BYTES))
     encoding = pb2.ENCODING_QUANTIZED if int8 else pb2.ENCODING_DENSE
+    chunk_key = _length_delimited_tag(pb2.PushGradientRequest.DESCRIPTOR.fields_by_name["chunk"])
+    data_key = _length_delimited_tag(pb2.TensorChunk.DESCRIPTOR.fields_by_name["data"])
     for t, payload in zip(spec.tensors, payloads):
-        view = memoryview(payload)
-        total = len(payload)
+        view = memoryview(payload).cast("B")
+        total = len(view)
         offset = 0
         running = 0
         while True:  # a zero-size tensor still sends one (empty, last) chunk
-            data = bytes(view[offset:offset + chunk_bytes])
+            data = view[offset:offset + chunk_bytes]
+            n = len(data)
             crc = crc32c(data)
-            running = crc if offset == 0 else crc32c_combine(running, crc, len(data))
-            offset += len(data)
-            last = offset == total
-            yield pb2.TensorChunk(
+            running = crc if offset == 0 else crc32c_combine(running, crc, n)
+            last = offset + n == total
+            fields = pb2.TensorChunk(
                 name=t.name, shape=list(t.shape), dtype=pb2.DTYPE_FLOAT32,
-                encoding=encoding, total_bytes=total, offset=offset - len(data),
-                data=data, chunk_crc32c=crc, last=last,
-                tensor_crc32c=running if last else 0)
+                encoding=encoding, total_bytes=total, offset=offset, chunk_crc32c=crc,
+                last=last, tensor_crc32c=running if last else 0).SerializeToString()
+            data_head = data_key + _varint(n)
+            yield b"".join((chunk_key, _varint(len(fields) + len(data_head) + n), fields,
+                            data_head, data))
+            offset += n
             if last:
                 break

@@ -6,8 +6,14 @@ import numpy as np
 
 from fedlearn.errors import ProtocolError
 from fedlearn.v1 import coordinator_pb2 as pb2
-from fedlearn.wire import (Reassembler, crc32c, crc32c_combine, encode, make_chunks,
+from fedlearn.wire import (Reassembler, crc32c, crc32c_combine, encode, push_requests,
                            reassemble)
+
+
+def make_chunks(s, payloads, chunk_bytes, int8=False):
+    """The chunks of the requests push_requests serializes, parsed back by protobuf."""
+    return [pb2.PushGradientRequest.FromString(r).chunk
+            for r in push_requests(pb2, s, payloads, chunk_bytes, int8)]
 
 
 def spec(*shapes):
@@ -36,13 +42,46 @@ class WireTest(unittest.TestCase):
                   for t in s.tensors]
         for chunk_bytes in (4, 12, 64, 1 << 20):
             payloads = [encode(v, False)[0] for v in values]
-            chunks = list(make_chunks(pb2, s, payloads, chunk_bytes, False))
+            chunks = make_chunks(s, payloads, chunk_bytes)
             got = reassemble(pb2, s, chunks)
             for want, have in zip(values, got):
                 self.assertEqual(have.shape, want.shape)
                 np.testing.assert_array_equal(have, want)
             # The zero-size tensor still has its one (empty, last) chunk.
             self.assertTrue(any(c.name == "w2" and c.last and not c.data for c in chunks))
+
+    def test_framed_requests_parse_as_the_messages_protobuf_would_build(self):
+        # Data of 4, 200 (a two-byte length) and 1 MiB (three bytes) per chunk, and a
+        # name long enough that the chunk's fields alone pass 127 bytes.
+        s = pb2.ModelSpec(name="t", tensors=[
+            pb2.TensorSpec(name="x" * 150, shape=[1], dtype=pb2.DTYPE_FLOAT32),
+            pb2.TensorSpec(name="b", shape=[50], dtype=pb2.DTYPE_FLOAT32),
+            pb2.TensorSpec(name="w", shape=[2, 1 << 18], dtype=pb2.DTYPE_FLOAT32)])
+        rng = np.random.default_rng(3)
+        values = [rng.standard_normal(tuple(t.shape)).astype(np.float32) for t in s.tensors]
+        for int8 in (False, True):
+            payloads = [encode(v, int8)[0] for v in values]
+            requests = list(push_requests(pb2, s, payloads, 1 << 20, int8))
+            self.assertEqual(len(requests), 4 if not int8 else 3)
+            tensor = 0
+            offset = 0
+            for r in requests:
+                parsed = pb2.PushGradientRequest.FromString(r)
+                payload = bytes(memoryview(payloads[tensor]).cast("B"))
+                data = payload[offset:offset + (1 << 20)]
+                last = offset + len(data) == len(payload)
+                want = pb2.PushGradientRequest(chunk=pb2.TensorChunk(
+                    name=s.tensors[tensor].name, shape=s.tensors[tensor].shape,
+                    dtype=pb2.DTYPE_FLOAT32,
+                    encoding=pb2.ENCODING_QUANTIZED if int8 else pb2.ENCODING_DENSE,
+                    total_bytes=len(payload), offset=offset, data=data,
+                    chunk_crc32c=crc32c(data), last=last,
+                    tensor_crc32c=crc32c(payload) if last else 0))
+                self.assertEqual(parsed, want, (int8, tensor, offset))
+                offset += len(data)
+                if last:
+                    tensor, offset = tensor + 1, 0
+            self.assertEqual(tensor, len(s.tensors))
 
     def test_int8_decodes_within_half_a_step(self):
         x = np.array([-2.0, -0.5, 0.0, 0.25, 1.0], dtype=np.float32)
@@ -57,7 +96,7 @@ class WireTest(unittest.TestCase):
         np.testing.assert_array_equal(zero, np.zeros(3, np.float32))
 
     def _chunks(self, s, values):
-        return list(make_chunks(pb2, s, [encode(v, False)[0] for v in values], 8, False))
+        return make_chunks(s, [encode(v, False)[0] for v in values], 8)
 
     def test_every_broken_chunk_is_named(self):
         s = spec((4,))
