@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The Python SDK's protocol overhead next to the C++ client's, on mnist_cnn (4.8 MB of
 # weights each way per round) over loopback: a coordinator with one client and one
-# client per round, $ROUNDS rounds (default 10), training time excluded (the Python
+# client per round, $ROUNDS rounds (default 30, so that the first round's
+# connection warm-up weighs a thirtieth of the means), training time excluded (the Python
 # client's fit returns at once; the C++ side is bench/push_load's CoordinatorClient, the
 # agent's RPC layer, which pushes a ready update). Per round: the poll's wait for its
 # task (the coordinator closing the last round and opening the next), the download
@@ -16,7 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build="${BUILD_DIR:-build}"
-rounds="${ROUNDS:-10}"
+rounds="${ROUNDS:-30}"
 tmp=$(mktemp -d)
 coordinator_pid=""
 cleanup() {
