@@ -507,10 +507,8 @@ def make_channel(address: str, tls: Optional[TlsConfig] = None) -> Any:
     options = [("grpc.max_receive_message_length", MAX_CHUNK_BYTES + (64 << 10)),
                ("grpc.max_send_message_length", MAX_CHUNK_BYTES + (64 << 10)),
                # RequestUpdate (unary-stream) runs on the thread that reads it, rather
-               # than on gRPC's channel thread taking the GIL from it for every message.
-               # The weights' 75 chunks then arrive 1.3x as fast: download 328-352
-               # against 244-260 MB/s, reassembly 4.9 against 8.4 ms per round
-               # (README, "The Python SDK's overhead").
+               # than on gRPC's channel thread, which took the GIL from it for each of
+               # the weights' 75 chunks: downloads 1.3x as fast (README, "Results").
                (grpc.experimental.ChannelOptions.SingleThreadedUnaryStream, 1)]
     if tls is None:
         return grpc.insecure_channel(address, options=options)

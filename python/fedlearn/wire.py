@@ -276,7 +276,8 @@ def push_requests(pb2, spec, payloads: Sequence[Payload], chunk_bytes: int,
     """
     chunk_bytes = max(4, min(chunk_bytes & ~3, MAX_CHUNK_BYTES))
     encoding = pb2.ENCODING_QUANTIZED if int8 else pb2.ENCODING_DENSE
-    chunk_key = _length_delimited_tag(pb2.PushGradientRequest.DESCRIPTOR.fields_by_name["chunk"])
+    request_fields = pb2.PushGradientRequest.DESCRIPTOR.fields_by_name
+    chunk_key = _length_delimited_tag(request_fields["chunk"])
     data_key = _length_delimited_tag(pb2.TensorChunk.DESCRIPTOR.fields_by_name["data"])
     for t, payload in zip(spec.tensors, payloads):
         view = memoryview(payload).cast("B")
