@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -95,12 +96,18 @@ int Run() {
     // The round needs every client: a join that fails for the moment (the
     // connection, a deadline) is tried again, as an agent would.
     absl::StatusOr<v1::JoinResponse> joined;
-    for (int attempt = 1; attempt <= 5; ++attempt) {
+    std::minstd_rand rng(static_cast<unsigned>(index) + 1);
+    std::uniform_real_distribution<double> jitter(0.0, 1.0);
+    constexpr int kJoinAttempts = 5;
+    for (int attempt = 1; attempt <= kJoinAttempts; ++attempt) {
       joined = client.Join(join);
-      if (joined.ok() || !IsRetryable(joined.status().code())) break;
+      if (joined.ok() || !IsRetryable(joined.status().code()) ||
+          attempt == kJoinAttempts)
+        break;
       std::fprintf(stderr, "client %d: join attempt %d: %s\n", index, attempt,
                    joined.status().ToString().c_str());
-      absl::SleepFor(absl::Milliseconds(200) * attempt);
+      absl::SleepFor(Backoff(attempt - 1, absl::Milliseconds(200),
+                             absl::Seconds(2), jitter(rng)));
     }
     if (!joined.ok()) {
       // Without it the round never starts, and every other client would poll
