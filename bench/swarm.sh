@@ -5,7 +5,8 @@
 # clients on the gRPC callback API, each on its own connection, join, poll and heartbeat
 # idle for 12 s (the coordinator's CPU and RSS measured), then one more joins and the rounds
 # run: every selected client downloads the weights and pushes a small valid dense update at
-# once, so that a round's time is the coordinator's coordination alone. Prints swarm's
+# once, so that a round's time is the coordinator's coordination alone ($COORDINATOR_FLAGS:
+# more flags for the coordinator, e.g. --grpc_memory_mb=512). Prints swarm's
 # report per run; last line:
 #   swarm_n=<largest N with no error> rss_per_client_kb=<at that N>
 #   round_overhead_s_1000=<median first-task-to-next-first-task of 1,000-client mlp_2nn
@@ -52,7 +53,7 @@ for n in $sizes; do
     start_coordinator "$tmp/coordinator-$n-$model.log" \
       --model="$model" --min_clients=$((n + 1)) --clients_per_round=$((n / 10)) \
       --eval_clients=$((n / 10)) --max_clients=$((n + 1)) --max_rounds="$rounds" \
-      --convergence_threshold=-inf
+      --convergence_threshold=-inf ${COORDINATOR_FLAGS:-}
     echo "== N=$n $model"
     out="$tmp/swarm-$n-$model.txt"
     status=0

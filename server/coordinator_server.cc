@@ -2,6 +2,7 @@
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/resource_quota.h>
 #include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server_builder.h>
 
@@ -195,6 +196,12 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   // buffers, per client. With the default 64 KiB window, memory stays bounded
   // however many clients push.
   builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  // Without a bound, gRPC keeps each connection's read buffer as large as its
+  // biggest reads grew it (an update's: about 150 KiB a client that has
+  // pushed); with one, idle connections give theirs back as it fills.
+  grpc::ResourceQuota quota("fedlearn-coordinator");
+  quota.Resize(options.GrpcMemoryBytes());
+  builder.SetResourceQuota(quota);
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", address));

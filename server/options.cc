@@ -85,6 +85,7 @@ absl::Status CoordinatorOptions::Validate() const {
     return Bad("stall_timeout", "must be > 0");
   if (!(min_upload_rate >= 0) || !std::isfinite(min_upload_rate))
     return Bad("min_upload_rate", "must be a number of bytes/s >= 0");
+  if (grpc_memory_mb < 0) return Bad("grpc_memory_mb", "must be >= 0");
   if (chunk_bytes < 1024 || static_cast<size_t>(chunk_bytes) > kMaxChunkBytes) {
     return Bad("chunk_bytes", "must be in [1024, 1048576]");
   }

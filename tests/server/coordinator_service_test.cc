@@ -1124,6 +1124,18 @@ TEST_F(CoordinatorServiceTest, AsyncStopsWhenAWindowsLossStopsImproving) {
   EXPECT_EQ(status.history(2).relative_improvement(), 0);  // mid-window
 }
 
+TEST(CoordinatorOptionsTest, GrpcMemoryIsGivenOrScalesWithTheClients) {
+  CoordinatorOptions o;
+  o.max_clients = 10000;
+  EXPECT_EQ(o.GrpcMemoryBytes(), (size_t{256} << 20) + 10000 * (16 << 10));
+  o.max_clients = 50000;  // room for five times the idle connections
+  EXPECT_EQ(o.GrpcMemoryBytes(), (size_t{256} << 20) + 50000 * (16 << 10));
+  o.grpc_memory_mb = 3000;  // beyond 2 GiB: no int overflow
+  EXPECT_EQ(o.GrpcMemoryBytes(), size_t{3000} << 20);
+  o.grpc_memory_mb = -1;
+  EXPECT_THAT(o.Validate().message(), HasSubstr("--grpc_memory_mb"));
+}
+
 TEST(CoordinatorOptionsTest, AsyncFlagsAreChecked) {
   CoordinatorOptions o;
   EXPECT_TRUE(ParseMode("async", &o).ok());
