@@ -96,6 +96,8 @@ class Summary:
     """What a run did, returned by ``Client.run``."""
 
     joins: int = 0
+    # Updates the coordinator accepted; one that came after its round had closed (or
+    # was otherwise refused for the round) counts under updates_rejected.
     rounds_trained: int = 0
     updates_rejected: int = 0
     evaluations: int = 0
