@@ -6,7 +6,8 @@
 # idle for 12 s (the coordinator's CPU and RSS measured), then one more joins and the rounds
 # run: every selected client downloads the weights and pushes a small valid dense update at
 # once, so that a round's time is the coordinator's coordination alone ($COORDINATOR_FLAGS:
-# more flags for the coordinator, e.g. --grpc_memory_mb=512). Prints swarm's
+# more flags for the coordinator, e.g. --grpc_memory_mb=512; $SWARM_FLAGS: for swarm, e.g.
+# --clients_per_connection=3 where open files are capped below N). Prints swarm's
 # report per run; last line:
 #   swarm_n=<largest N with no error> rss_per_client_kb=<at that N>
 #   round_overhead_s_1000=<median first-task-to-next-first-task of 1,000-client mlp_2nn
@@ -59,7 +60,7 @@ for n in $sizes; do
     status=0
     tcp_before=$(tcp_counters)
     "$build/bench/swarm" --coordinator="127.0.0.1:$port" --http_port="$http" \
-      --coordinator_pid="$coordinator" --clients="$n" | tee "$out" || status=$?
+      --coordinator_pid="$coordinator" --clients="$n" ${SWARM_FLAGS:-} | tee "$out" || status=$?
     stop_coordinator
     tcp_report "$tcp_before" "$(tcp_counters)"
     result=$(grep '^swarm_result' "$out" || true)
