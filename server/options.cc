@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/status_macros.h"
 #include "common/tensor_codec.h"
 #include "server/strategy/strategy.h"
 
@@ -18,6 +19,26 @@ namespace {
 
 absl::Status Bad(absl::string_view flag, absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat("--", flag, ": ", why));
+}
+
+// A size flag's value, N, NKiB, NMiB or NGiB, in bytes.
+absl::StatusOr<size_t> ParseBytes(absl::string_view flag,
+                                  absl::string_view value) {
+  absl::string_view text = value;
+  uint64_t unit = 1;
+  for (const auto& [suffix, bytes] :
+       {std::pair<absl::string_view, uint64_t>{"KiB", uint64_t{1} << 10},
+        {"MiB", uint64_t{1} << 20},
+        {"GiB", uint64_t{1} << 30}}) {
+    if (absl::ConsumeSuffix(&text, suffix)) unit = bytes;
+  }
+  uint64_t count = 0;
+  if (!absl::SimpleAtoi(text, &count) ||
+      count > std::numeric_limits<size_t>::max() / unit) {
+    return Bad(flag,
+               absl::StrCat("\"", value, "\": expected N, NKiB, NMiB or NGiB"));
+  }
+  return static_cast<size_t>(count * unit);
 }
 
 }  // namespace
@@ -85,7 +106,7 @@ absl::Status CoordinatorOptions::Validate() const {
     return Bad("stall_timeout", "must be > 0");
   if (!(min_upload_rate >= 0) || !std::isfinite(min_upload_rate))
     return Bad("min_upload_rate", "must be a number of bytes/s >= 0");
-  if (grpc_memory_mb < 0) return Bad("grpc_memory_mb", "must be >= 0");
+  if (absl::Status s = GrpcMemoryBytes().status(); !s.ok()) return s;
   if (chunk_bytes < 1024 || static_cast<size_t>(chunk_bytes) > kMaxChunkBytes) {
     return Bad("chunk_bytes", "must be in [1024, 1048576]");
   }
@@ -161,22 +182,9 @@ DpParams CoordinatorOptions::Privacy() const {
 
 absl::StatusOr<AggregationBudget> CoordinatorOptions::Budget() const {
   AggregationBudget budget;
-  absl::string_view text = aggregation_memory;
-  uint64_t unit = 1;
-  for (const auto& [suffix, bytes] :
-       {std::pair<absl::string_view, uint64_t>{"KiB", uint64_t{1} << 10},
-        {"MiB", uint64_t{1} << 20},
-        {"GiB", uint64_t{1} << 30}}) {
-    if (absl::ConsumeSuffix(&text, suffix)) unit = bytes;
-  }
-  uint64_t count = 0;
-  if (!absl::SimpleAtoi(text, &count) ||
-      count > std::numeric_limits<uint64_t>::max() / unit) {
-    return Bad("aggregation_memory",
-               absl::StrCat("\"", aggregation_memory,
-                            "\": expected N, NKiB, NMiB or NGiB"));
-  }
-  budget.memory_bytes = static_cast<size_t>(count * unit);
+  FEDLEARN_ASSIGN_OR_RETURN(
+      budget.memory_bytes,
+      ParseBytes("aggregation_memory", aggregation_memory));
   if (aggregation_spill_dir == "none") {
     budget.spill_dir.clear();
   } else if (!aggregation_spill_dir.empty()) {
@@ -188,6 +196,16 @@ absl::StatusOr<AggregationBudget> CoordinatorOptions::Budget() const {
     budget.spill_dir = tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
   }
   return budget;
+}
+
+absl::StatusOr<size_t> CoordinatorOptions::GrpcMemoryBytes() const {
+  if (grpc_memory == "auto") {
+    return (size_t{256} << 20) + static_cast<size_t>(max_clients) * (16 << 10);
+  }
+  FEDLEARN_ASSIGN_OR_RETURN(const size_t bytes,
+                            ParseBytes("grpc_memory", grpc_memory));
+  if (bytes == 0) return Bad("grpc_memory", "must be more than 0 (or auto)");
+  return bytes;
 }
 
 v1::TrainingPlan CoordinatorOptions::Plan() const {

@@ -49,13 +49,11 @@ struct CoordinatorOptions {
     return async_mixing > 0 ? async_mixing : 1.0 / min_clients;
   }
 
-  // grpc_memory_mb in bytes, with 0 resolved to 256 MiB for the transfers
+  // --grpc_memory in bytes, "auto" resolved to 256 MiB for the transfers
   // under way plus 16 KiB per --max_clients for the idle connections (a quota
   // of 64 MiB filled at 7,326 idle clients): README, "Many clients".
-  size_t GrpcMemoryBytes() const {
-    if (grpc_memory_mb > 0) return static_cast<size_t>(grpc_memory_mb) << 20;
-    return (size_t{256} << 20) + static_cast<size_t>(max_clients) * (16 << 10);
-  }
+  // INVALID_ARGUMENT naming the flag for a malformed or zero size.
+  absl::StatusOr<size_t> GrpcMemoryBytes() const;
 
   // --aggregation_memory and --aggregation_spill_dir resolved: the size in
   // bytes, the spill directory chosen (STATE_DIR/spill, $TMPDIR or /tmp when

@@ -1126,14 +1126,20 @@ TEST_F(CoordinatorServiceTest, AsyncStopsWhenAWindowsLossStopsImproving) {
 
 TEST(CoordinatorOptionsTest, GrpcMemoryIsGivenOrScalesWithTheClients) {
   CoordinatorOptions o;
-  o.max_clients = 10000;
-  EXPECT_EQ(o.GrpcMemoryBytes(), (size_t{256} << 20) + 10000 * (16 << 10));
-  o.max_clients = 50000;  // room for five times the idle connections
-  EXPECT_EQ(o.GrpcMemoryBytes(), (size_t{256} << 20) + 50000 * (16 << 10));
-  o.grpc_memory_mb = 3000;  // beyond 2 GiB: no int overflow
-  EXPECT_EQ(o.GrpcMemoryBytes(), size_t{3000} << 20);
-  o.grpc_memory_mb = -1;
-  EXPECT_THAT(o.Validate().message(), HasSubstr("--grpc_memory_mb"));
+  EXPECT_EQ(o.grpc_memory, "auto");
+  o.max_clients = 10000;  // 256 MiB + 10,000 x 16 KiB
+  EXPECT_EQ(*o.GrpcMemoryBytes(), size_t{432275456});
+  o.max_clients = 50000;  // 256 MiB + 50,000 x 16 KiB
+  EXPECT_EQ(*o.GrpcMemoryBytes(), size_t{1087635456});
+  o.grpc_memory = "3GiB";  // beyond 2^31 - 1
+  EXPECT_EQ(*o.GrpcMemoryBytes(), size_t{3221225472});
+  o.grpc_memory = "640KiB";
+  EXPECT_EQ(*o.GrpcMemoryBytes(), size_t{655360});
+  for (const char* bad : {"0", "0MiB", "-1", "12 MB", "lots", ""}) {
+    o.grpc_memory = bad;
+    EXPECT_THAT(o.Validate().message(), HasSubstr("--grpc_memory: ")) << bad;
+    EXPECT_FALSE(o.GrpcMemoryBytes().ok()) << bad;
+  }
 }
 
 TEST(CoordinatorOptionsTest, AsyncFlagsAreChecked) {
