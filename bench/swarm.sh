@@ -6,7 +6,7 @@
 # idle for 12 s (the coordinator's CPU and RSS measured), then one more joins and the rounds
 # run: every selected client downloads the weights and pushes a small valid dense update at
 # once, so that a round's time is the coordinator's coordination alone ($COORDINATOR_FLAGS:
-# more flags for the coordinator, e.g. --grpc_memory_mb=512; $SWARM_FLAGS: for swarm, e.g.
+# more flags for the coordinator, e.g. --grpc_memory=512MiB; $SWARM_FLAGS: for swarm, e.g.
 # --clients_per_connection=3 where open files are capped below N). Prints swarm's
 # report per run; last line:
 #   swarm_n=<largest N with no error> rss_per_client_kb=<at that N>
@@ -48,19 +48,22 @@ tcp_report() {  # before after
     "segments retransmitted, $((d1 - d0)) receive-queue drops, $((a1 - a0)) connections" \
     "aborted on timeout"
 }
+# Extra flags, split on whitespace only (no globbing).
+read -ra coordinator_flags <<<"${COORDINATOR_FLAGS:-}"
+read -ra swarm_flags <<<"${SWARM_FLAGS:-}"
 best_n=0 best_rss="" overhead_1000=""
 for n in $sizes; do
   for model in $models; do
     start_coordinator "$tmp/coordinator-$n-$model.log" \
       --model="$model" --min_clients=$((n + 1)) --clients_per_round=$((n / 10)) \
       --eval_clients=$((n / 10)) --max_clients=$((n + 1)) --max_rounds="$rounds" \
-      --convergence_threshold=-inf ${COORDINATOR_FLAGS:-}
-    echo "== N=$n $model"
+      --convergence_threshold=-inf "${coordinator_flags[@]}"
+    echo "== N=$n $model ${COORDINATOR_FLAGS:+(coordinator: $COORDINATOR_FLAGS) }${SWARM_FLAGS:+(swarm: $SWARM_FLAGS)}"
     out="$tmp/swarm-$n-$model.txt"
     status=0
     tcp_before=$(tcp_counters)
     "$build/bench/swarm" --coordinator="127.0.0.1:$port" --http_port="$http" \
-      --coordinator_pid="$coordinator" --clients="$n" ${SWARM_FLAGS:-} | tee "$out" || status=$?
+      --coordinator_pid="$coordinator" --clients="$n" "${swarm_flags[@]}" | tee "$out" || status=$?
     stop_coordinator
     tcp_report "$tcp_before" "$(tcp_counters)"
     result=$(grep '^swarm_result' "$out" || true)
