@@ -18,7 +18,7 @@ scripts/fetch-data.sh (IDX files, gzipped or not).
 
 Why --tolerance=0: with the default 0.3 a round of four closes at three updates, and the
 client with the largest share, the last to finish every round, would never be counted
-(each client prints how many of its updates came too late).
+(each client prints how many of its updates were accepted and how many rejected).
 """
 
 import argparse
@@ -127,7 +127,7 @@ def train(args):
                     params, lr=plan.learning_rate, momentum=0.9))
             s = c.run()
             print(f"client {i}: {len(tr)} examples, {s.rounds_trained} updates accepted, "
-                  f"{s.updates_rejected} too late, fit {s.fit_seconds:.1f} s, "
+                  f"{s.updates_rejected} rejected, fit {s.fit_seconds:.1f} s, "
                   f"protocol {s.protocol_seconds:.2f} s",
                   file=sys.stderr)
         except Exception as e:  # reported by the main thread

@@ -96,8 +96,9 @@ class Summary:
     """What a run did, returned by ``Client.run``."""
 
     joins: int = 0
-    # Updates the coordinator accepted; one that came after its round had closed (or
-    # was otherwise refused for the round) counts under updates_rejected.
+    # Updates the coordinator accepted. One it turned away because the round had moved
+    # on (closed, not selecting this client, a duplicate, cancelled) counts under
+    # updates_rejected.
     rounds_trained: int = 0
     updates_rejected: int = 0
     evaluations: int = 0
