@@ -199,7 +199,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   // What an idle connection keeps, trimmed where it costs nothing we use:
   // no channelz records (nothing here serves them), and no HPACK dynamic
   // tables, so headers travel as literals (a few hundred bytes a call, and a
-  // client calls every few seconds at most). Together 1.4 KiB a client
+  // client calls every few seconds at most). Together about 1.3 KiB a client
   // (README, "Many clients").
   builder.AddChannelArgument(GRPC_ARG_ENABLE_CHANNELZ, 0);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_HPACK_TABLE_SIZE_DECODER, 0);
