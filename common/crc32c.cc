@@ -150,4 +150,8 @@ uint32_t ExtendCrc32c(uint32_t crc, const void* data, size_t n) {
 
 uint32_t Crc32c(const void* data, size_t n) { return ExtendCrc32c(0, data, n); }
 
+uint32_t ConcatCrc32c(uint32_t crc_a, uint32_t crc_b, uint64_t n_b) {
+  return MultiplyModP(crc_a, XPowModP(8 * n_b)) ^ crc_b;
+}
+
 }  // namespace fedlearn

@@ -159,9 +159,8 @@ bool ChunkWriter::Next(v1::TensorChunk* chunk) {
   chunk->set_data(data, n);
   const uint32_t crc = Crc32c(data, n);
   chunk->set_chunk_crc32c(crc);
-  // CRC of the whole tensor, extended chunk by chunk (no second pass over the
-  // data).
-  tensor_crc_ = offset_ == 0 ? crc : ExtendCrc32c(tensor_crc_, data, n);
+  // CRC of the whole tensor, from its chunks' (no second pass over the data).
+  tensor_crc_ = offset_ == 0 ? crc : ConcatCrc32c(tensor_crc_, crc, n);
   offset_ += n;
   if (offset_ == total) {
     chunk->set_last(true);
@@ -259,7 +258,7 @@ absl::Status ChunkAssembler::AddChunk(const v1::TensorChunk& chunk) {
                           : " is marked last but the tensor is incomplete"));
   }
   const uint32_t tensor_crc =
-      offset_ == 0 ? crc : ExtendCrc32c(tensor_crc_, data.data(), data.size());
+      offset_ == 0 ? crc : ConcatCrc32c(tensor_crc_, crc, data.size());
   if (ends && tensor_crc != chunk.tensor_crc32c()) {
     return absl::InvalidArgumentError(
         absl::StrCat("tensor ", t.name, ": whole-tensor checksum mismatch"));

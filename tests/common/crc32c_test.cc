@@ -170,6 +170,45 @@ TEST(Crc32cTest, ExtendPieceByPieceEqualsOneShot) {
   }
 }
 
+TEST(Crc32cTest, ConcatOfTwoCrcsIsTheCrcOfTheConcatenation) {
+  // "123456789" split anywhere: the parts' CRCs give the check value, and
+  // joining with an empty part changes nothing.
+  const std::string s = "123456789";
+  for (size_t split = 0; split <= s.size(); ++split) {
+    EXPECT_EQ(ConcatCrc32c(Crc32c(s.data(), split),
+                           Crc32c(s.data() + split, s.size() - split),
+                           s.size() - split),
+              0xE3069283u)
+        << "split " << split;
+  }
+  // Long parts (the chunk sizes clients send: 64 KiB up to 1 MiB, and odd
+  // ones), against the bitwise reference over the whole.
+  const std::vector<uint8_t> bytes = RandomBytes((1 << 20) + 4099, 8);
+  for (size_t head : {1u, 4096u, 65536u, 65539u, 1u << 20}) {
+    const size_t tail = bytes.size() - head;
+    EXPECT_EQ(ConcatCrc32c(Crc32c(bytes.data(), head),
+                           Crc32c(bytes.data() + head, tail), tail),
+              ReferenceCrc32c(bytes.data(), bytes.size()))
+        << "head " << head;
+  }
+}
+
+TEST(Crc32cTest, ConcatChunkByChunkEqualsOneShot) {
+  // How a tensor's CRC is built from its chunks', at every chunk size a
+  // sender may pick (any byte split).
+  const std::vector<uint8_t> bytes = RandomBytes(100000, 9);
+  const uint32_t whole = ReferenceCrc32c(bytes.data(), bytes.size());
+  for (size_t piece : {1u, 3u, 4u, 1000u, 4096u, 65536u}) {
+    uint32_t crc = 0;
+    for (size_t pos = 0; pos < bytes.size(); pos += piece) {
+      const size_t n = std::min(piece, bytes.size() - pos);
+      const uint32_t part = Crc32c(bytes.data() + pos, n);
+      crc = pos == 0 ? part : ConcatCrc32c(crc, part, n);
+    }
+    EXPECT_EQ(crc, whole) << "piece " << piece;
+  }
+}
+
 TEST(Crc32cTest, DetectsASingleFlippedBit) {
   std::vector<uint8_t> bytes = RandomBytes(1024, 5);
   const uint32_t before = Crc32c(bytes.data(), bytes.size());
