@@ -103,6 +103,9 @@ class ChunkAssembler {
 
   bool complete() const { return tensor_ == spec_.tensors.size(); }
   int64_t bytes_received() const { return bytes_received_; }
+  // The sum of the squares of the values decoded so far (SumOfSquares, chunk
+  // by chunk): the update's L2 norm without another pass over it.
+  double sum_of_squares() const { return sum_of_squares_; }
 
  private:
   absl::Status AddChunk(const v1::TensorChunk& chunk);
@@ -117,11 +120,18 @@ class ChunkAssembler {
   uint64_t offset_ = 0;  // bytes of it received so far
   uint32_t tensor_crc_ = 0;
   int64_t bytes_received_ = 0;
+  double sum_of_squares_ = 0;
   absl::Status error_;
 };
 
 // True iff every value is finite (no NaN, no infinity).
 bool AllFinite(absl::Span<const float> values);
+
+// The sum of the squares of `values`, in double, in eight interleaved partial
+// sums added in a fixed order: the same on every machine. Finite exactly when
+// every value is (a float's square and a model's sum of them stay far below
+// double's range), so one pass gives both the norm and the finiteness check.
+double SumOfSquares(absl::Span<const float> values);
 
 }  // namespace fedlearn
 

@@ -1,6 +1,7 @@
 #include "server/coordinator_service.h"
 
 #include <atomic>
+#include <cmath>
 #include <optional>
 #include <string>
 #include <utility>
@@ -347,7 +348,7 @@ class CoordinatorService::UpdateReader final
     ticket_->cancel->Disarm();
     auto result = service_->controller_->CommitUpdate(
         *ticket_, *header_, absl::MakeSpan(*buffer_),
-        assembler_->bytes_received());
+        assembler_->bytes_received(), std::sqrt(assembler_->sum_of_squares()));
     if (result.ok()) *response_ = *std::move(result);
     FinishLocked(result.status());
   }

@@ -528,16 +528,14 @@ absl::StatusOr<Ticket> RunController::AdmitUpdate(
 
 absl::StatusOr<v1::PushGradientResponse> RunController::CommitUpdate(
     const Ticket& ticket, const v1::UpdateHeader& header,
-    absl::Span<float> delta, int64_t bytes) {
+    absl::Span<float> delta, int64_t bytes, double norm) {
   if (delta.size() != static_cast<size_t>(spec_.num_parameters)) {
     RecordRejection(Rejection::kInvalid);
     return absl::InvalidArgumentError(
         absl::StrCat("client ", ticket.client_id, ": expected ",
                      spec_.num_parameters, " floats, got ", delta.size()));
   }
-  // Outside the lock, on the push's own buffer: the norm the dashboard shows
-  // (the client's update as sent), then the strategy's transforms.
-  const double norm = L2Norm(delta);
+  // Outside the lock, on the push's own buffer: the strategy's transforms.
   for (const auto& transform : strategy_.transforms) transform->Apply(delta);
   // A stored aggregator copies the update into its store here (memory, or a
   // spill file): dropped, unfolded, if the update is not accepted below.

@@ -145,12 +145,14 @@ class RunController {
 
   // Aggregates a complete, verified update (a delta of num_parameters floats
   // on the caller's private buffer, which the strategy's transforms rewrite in
-  // place) admitted with `ticket`. Closes the step when it completes it. Same
-  // errors as AdmitUpdate for a push that can no longer count; a rejected
-  // update changes nothing.
+  // place) admitted with `ticket`; `bytes` came over the wire, and `norm` is
+  // the update's L2 norm as sent (the dashboard's; the receiver has it from
+  // ChunkAssembler::sum_of_squares without another pass). Closes the step
+  // when it completes it. Same errors as AdmitUpdate for a push that can no
+  // longer count; a rejected update changes nothing.
   absl::StatusOr<v1::PushGradientResponse> CommitUpdate(
       const Ticket& ticket, const v1::UpdateHeader& header,
-      absl::Span<float> delta, int64_t bytes);
+      absl::Span<float> delta, int64_t bytes, double norm);
 
   // Counts a push that failed while streaming (bad chunk, stream cut short).
   void RecordRejection(Rejection reason);

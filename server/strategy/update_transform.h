@@ -31,8 +31,7 @@ class ClipToNorm final : public UpdateTransform {
   const double max_norm_;
 };
 
-// The L2 norm of `values`, summed in double (in eight interleaved partial
-// sums, the same on every machine).
+// The L2 norm of `values`: the root of SumOfSquares (common/tensor_codec.h).
 double L2Norm(absl::Span<const float> values);
 
 }  // namespace fedlearn

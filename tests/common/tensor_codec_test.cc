@@ -484,6 +484,24 @@ TEST_F(ChunkAssemblerTest, AcceptsChunksCutAtAnyByte) {
   EXPECT_TRUE(SameBits(out_, values_));
 }
 
+TEST_F(ChunkAssemblerTest, SumsTheSquaresOfEveryValueOnceWhateverTheCuts) {
+  // Integers -13..12: every square and their sum (1,469) are exact in double,
+  // so any order of adding gives the same.
+  std::vector<float> values(values_.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    values[i] = static_cast<float>(static_cast<int>(i) - 13);
+  }
+  for (const std::vector<v1::TensorChunk>& chunks :
+       {WriteAll(spec_, values, 16), WriteAll(spec_, values, 1 << 20),
+        CutAtOddBytes(spec_, values)}) {
+    ChunkAssembler assembler(spec_, absl::MakeSpan(out_),
+                             /*require_finite=*/true);
+    EXPECT_EQ(assembler.sum_of_squares(), 0.0);
+    ASSERT_TRUE(AddAll(assembler, chunks).ok());
+    EXPECT_EQ(assembler.sum_of_squares(), 1469.0) << chunks.size() << " chunks";
+  }
+}
+
 TEST_F(ChunkAssemblerTest, RejectsANonFiniteValueSplitAcrossTwoChunks) {
   // Value 1 (bytes 4-7 of a.weight) is cut 1 + 3 + ... : bytes 1-3 arrive in
   // the second piece, 4-8 in the third, which completes the NaN.
@@ -706,6 +724,43 @@ TEST(AllFiniteTest, FindsANonFiniteValueAnywhere) {
 }
 
 // ---------------------------------------------------------------------------------------
+// SumOfSquares.
+
+TEST(SumOfSquaresTest, ByHand) {
+  EXPECT_EQ(SumOfSquares({}), 0.0);
+  const std::vector<float> pythagoras = {3.0f, -4.0f};
+  EXPECT_EQ(SumOfSquares(pythagoras), 25.0);
+  // 1^2 + ... + n^2 = n(n+1)(2n+1)/6, across the eight partial sums and the
+  // tail of odd lengths.
+  for (int n : {1, 7, 8, 9, 33, 1001}) {
+    std::vector<float> values(n);
+    for (int i = 0; i < n; ++i) values[i] = static_cast<float>(i + 1);
+    EXPECT_EQ(SumOfSquares(values), n * (n + 1.0) * (2.0 * n + 1) / 6) << n;
+  }
+  // In double, the largest float's square is finite: a large but finite
+  // update is not mistaken for a non-finite one.
+  const std::vector<float> huge(1001, std::numeric_limits<float>::max());
+  EXPECT_TRUE(std::isfinite(SumOfSquares(huge)));
+}
+
+TEST(SumOfSquaresTest, IsNotFiniteExactlyWhenAValueIsNot) {
+  const float bad[] = {std::numeric_limits<float>::quiet_NaN(),
+                       -std::numeric_limits<float>::quiet_NaN(),
+                       std::numeric_limits<float>::infinity(),
+                       -std::numeric_limits<float>::infinity()};
+  for (size_t n : {1u, 7u, 16u, 33u, 1001u}) {
+    for (size_t pos : {size_t{0}, n / 2, n - 1}) {
+      for (float v : bad) {
+        std::vector<float> values(n, 1.5f);
+        values[pos] = v;
+        EXPECT_FALSE(std::isfinite(SumOfSquares(values)))
+            << "n " << n << " pos " << pos;
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------
 // Quantized updates (ENCODING_QUANTIZED).
 
 std::vector<v1::TensorChunk> WriteQuantized(const ModelSpec& spec,
@@ -830,6 +885,18 @@ TEST_F(QuantizedAssemblerTest, TheUnmodifiedStreamIsAccepted) {
   EXPECT_EQ(chunks_[0].total_bytes(), 19u);
   size_t failed_at = 0;
   EXPECT_TRUE(Assemble(chunks_, &failed_at).ok());
+}
+
+TEST_F(QuantizedAssemblerTest, SumsTheSquaresOfTheDecodedValues) {
+  // Chunks of 16 bytes: a.weight's scale and 12 values, then its last 3.
+  ChunkAssembler assembler(spec_, absl::MakeSpan(out_),
+                           /*require_finite=*/true, kMaxChunkBytes,
+                           v1::ENCODING_QUANTIZED);
+  ASSERT_TRUE(AddAll(assembler, chunks_).ok());
+  double by_hand = 0;
+  for (float v : out_) by_hand += static_cast<double>(v) * v;
+  ASSERT_GT(by_hand, 100.0);
+  EXPECT_NEAR(assembler.sum_of_squares(), by_hand, 1e-12 * by_hand);
 }
 
 TEST_F(QuantizedAssemblerTest, RejectsABadScale) {
