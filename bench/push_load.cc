@@ -27,10 +27,12 @@
 #include "absl/time/clock.h"
 #include "client/coordinator_client.h"
 #include "common/retry.h"
+#include "common/tensor_codec.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:50051", "coordinator address");
 ABSL_FLAG(int, clients, 10, "number of clients");
-ABSL_FLAG(int, chunk_bytes, 64 << 10, "payload bytes per pushed chunk");
+ABSL_FLAG(int, chunk_bytes, static_cast<int>(fedlearn::kDefaultPushChunkBytes),
+          "payload bytes per pushed chunk (the C++ client's default)");
 ABSL_FLAG(bool, transfer_report, false,
           "print one JSON line of the seconds polls waited for their task's "
           "header, downloads took (header to verified weights) and uploads "

@@ -392,7 +392,7 @@ class Swarm {
     for (size_t i = 0; i < delta.size(); ++i) {
       delta[i] = (i % 2 == 0 ? 1e-4f : -1e-4f);
     }
-    ChunkWriter writer(spec_, delta, 64 << 10);
+    ChunkWriter writer(spec_, delta, kDefaultPushChunkBytes);
     v1::PushGradientRequest message;
     while (writer.Next(message.mutable_chunk())) {
       update_.push_back(message);

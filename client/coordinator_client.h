@@ -12,6 +12,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/model_spec.h"
+#include "common/tensor_codec.h"
 #include "fedlearn/v1/coordinator.grpc.pb.h"
 
 namespace fedlearn {
@@ -24,10 +25,7 @@ namespace fedlearn {
 // agent).
 class CoordinatorClient {
  public:
-  // `chunk_bytes`: payload per pushed chunk. 64 KiB keeps the coordinator's
-  // transport buffers small with many clients, and 100 clients' pushes were
-  // received 1.5x faster than in 1 MiB chunks (bench/push_load
-  // --chunk_bytes against a coordinator of 100 clients).
+  // `chunk_bytes`: payload per pushed chunk (kDefaultPushChunkBytes: why).
   // `call_timeout`: how long Join, ReportEval, Heartbeat and GetStatus wait
   // for their answer (DEADLINE_EXCEEDED after it, which callers retry): a
   // coordinator that took the connection but does not answer cannot hold the
@@ -35,7 +33,7 @@ class CoordinatorClient {
   // bounded here (it may queue for a receive buffer; the coordinator cuts off
   // a push whose round closed).
   explicit CoordinatorClient(std::shared_ptr<grpc::Channel> channel,
-                             size_t chunk_bytes = size_t{64} << 10,
+                             size_t chunk_bytes = kDefaultPushChunkBytes,
                              absl::Duration call_timeout = absl::Seconds(30));
 
   // Joins and keeps the id, token and model spec for later calls.
