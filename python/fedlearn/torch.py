@@ -14,14 +14,17 @@ norm's running statistics), by ``state_dict`` name and in ``state_dict`` order; 
 buffers (``num_batches_tracked``) stay local. A model whose names or shapes differ from
 the coordinator's spec is refused at join with the differences listed. When the
 strategy sends FedProx's ``proximal_mu``, ``mu (w - w_global)`` is added to every
-gradient before the optimizer steps. PyTorch is imported only by this module.
+gradient while the round trains, whether ``TorchClient`` runs the epochs or the user's
+``train`` function does (``proximal_term``). PyTorch is imported only by this module.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import struct
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import (Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence,
+                    Tuple)
 
 import numpy as np
 import torch
@@ -98,15 +101,34 @@ def export_safetensors(model: nn.Module, path: str, name: Optional[str] = None) 
             f.write(raw)
 
 
-def proximal_step(model: nn.Module, anchor: Sequence[torch.Tensor], mu: float) -> None:
-    """FedProx (Li et al. 2020): adds ``mu (w - w_global)`` to each parameter's
-    gradient; call between ``backward()`` and the optimizer's ``step()``."""
+@contextlib.contextmanager
+def proximal_term(model: nn.Module, mu: float) -> Iterator[None]:
+    """FedProx (Li et al. 2020) for whatever trains ``model`` inside the ``with``:
+    every ``backward()`` adds ``mu (w - w_global)`` to each parameter's gradient, the
+    gradient of ``mu/2 |w - w_global|^2``, where ``w_global`` is the parameters'
+    value on entry (the round's weights). Any training loop and optimizer get the
+    term without being changed. A loop that accumulates k backward passes into one
+    step gets it k times, as if each pass's loss carried it. ``mu <= 0`` adds
+    nothing."""
     if mu <= 0:
+        yield
         return
-    with torch.no_grad():
-        for p, a in zip(model.parameters(), anchor):
-            if p.grad is not None:
-                p.grad.add_(p - a, alpha=mu)
+    handles = []
+    for p in model.parameters():
+        if not p.requires_grad:
+            continue
+        anchor = p.detach().clone()
+
+        def hook(grad: torch.Tensor, p: torch.Tensor = p,
+                 anchor: torch.Tensor = anchor) -> torch.Tensor:
+            return grad + mu * (p.detach() - anchor)
+
+        handles.append(p.register_hook(hook))
+    try:
+        yield
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 #: ``train(model, plan) -> (num_examples, metrics)``: trains ``model`` in place.
@@ -118,7 +140,8 @@ EvalFn = Callable[[nn.Module, Plan], Tuple[float, float, int]]
 class TorchClient(Client):
     """A ``fedlearn.Client`` for a PyTorch model. Give either ``train``/``evaluate``
     functions, or loaders and an optimizer factory, with which it runs the plan's epochs
-    itself (cross-entropy on class labels, FedProx's term when the plan carries one).
+    itself (cross-entropy on class labels). FedProx's term, when the plan carries one,
+    applies on both paths (``proximal_term``).
 
     Args:
       coordinator: ``HOST:PORT``.
@@ -165,12 +188,16 @@ class TorchClient(Client):
                          self._evaluate_model if has_eval else None, on_join=on_join,
                          **kwargs)
 
-    def _fit_model(self, weights: List[np.ndarray], plan: Plan):
+    def _fit_model(self, weights: List[np.ndarray],
+                   plan: Plan) -> Tuple[List[np.ndarray], int, Dict[str, float]]:
         load_weights(self.model, weights)
-        if self._train_fn is not None:
-            examples, metrics = self._train_fn(self.model, plan)
-        else:
-            examples, metrics = self._run_epochs(plan)
+        # FedProx's term on both paths: the user's train function trains under it
+        # unchanged.
+        with proximal_term(self.model, plan.proximal_mu):
+            if self._train_fn is not None:
+                examples, metrics = self._train_fn(self.model, plan)
+            else:
+                examples, metrics = self._run_epochs(plan)
         return model_weights(self.model), examples, metrics
 
     def _run_epochs(self, plan: Plan) -> Tuple[int, Dict[str, float]]:
@@ -179,7 +206,6 @@ class TorchClient(Client):
         if self._optimizer is None or not self._keep_optimizer or plan.reset_optimizer:
             self._optimizer = self._make_optimizer(model.parameters(), plan)
         opt = self._optimizer
-        anchor = [p.detach().clone() for p in model.parameters()]
         batches = len(self._train_loader) if hasattr(self._train_loader, "__len__") else 0
         total = max(1, plan.epochs) * batches
         done = 0
@@ -192,7 +218,6 @@ class TorchClient(Client):
                 out = model(inputs)
                 loss = self._loss(out, labels)
                 loss.backward()
-                proximal_step(model, anchor, plan.proximal_mu)
                 opt.step()
                 n = int(labels.shape[0])
                 examples += n
@@ -205,7 +230,8 @@ class TorchClient(Client):
         return examples // epochs, {"loss": loss_sum / max(1, examples),
                                     "accuracy": correct / max(1, examples)}
 
-    def _evaluate_model(self, weights: List[np.ndarray], plan: Plan):
+    def _evaluate_model(self, weights: List[np.ndarray],
+                        plan: Plan) -> Tuple[float, float, int]:
         load_weights(self.model, weights)
         if self._eval_fn is not None:
             return self._eval_fn(self.model, plan)

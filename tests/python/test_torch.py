@@ -82,17 +82,64 @@ class TorchTest(unittest.TestCase):
         self.assertIn("fc.weight: shape [3, 180] here, [3, 144]", text)
 
     def test_the_proximal_term_is_mu_times_the_distance_to_the_global_model(self):
+        # A loss w . (1, 1), whose own gradient is (1, 1), two SGD steps at lr 0.5
+        # under mu 0.1, by hand: step 1 starts at the anchor (1, -2), so the term
+        # is 0 and w becomes (0.5, -2.5); step 2's gradient is (1, 1) + 0.1 *
+        # ((0.5, -2.5) - (1, -2)) = (0.95, 0.95), and w becomes (0.025, -2.975).
         model = nn.Linear(2, 1, bias=False)
         with torch.no_grad():
             model.weight.copy_(torch.tensor([[1.0, -2.0]]))
-        anchor = [torch.tensor([[0.5, 0.5]])]
-        model.weight.grad = torch.tensor([[0.25, 0.25]])
-        ft.proximal_step(model, anchor, mu=0.1)
-        # grad + mu (w - w_global) = 0.25 + 0.1 * (0.5, -2.5)
-        torch.testing.assert_close(model.weight.grad, torch.tensor([[0.30, 0.0]]))
-        ft.proximal_step(model, anchor, mu=0.0)  # mu 0: unchanged
-        torch.testing.assert_close(model.weight.grad, torch.tensor([[0.30, 0.0]]))
+        opt = torch.optim.SGD(model.parameters(), lr=0.5)
+        x = torch.ones(1, 2)
 
+        def step():
+            opt.zero_grad()
+            model(x).sum().backward()
+            opt.step()
+
+        with ft.proximal_term(model, 0.1):
+            step()
+            torch.testing.assert_close(model.weight.grad, torch.tensor([[1.0, 1.0]]))
+            step()
+            torch.testing.assert_close(model.weight.grad, torch.tensor([[0.95, 0.95]]))
+        torch.testing.assert_close(model.weight, torch.tensor([[0.025, -2.975]]))
+        # Gone once the round's training is over, and never there with mu 0.
+        step()
+        torch.testing.assert_close(model.weight.grad, torch.tensor([[1.0, 1.0]]))
+        with ft.proximal_term(model, 0.0):
+            step()
+            step()
+        torch.testing.assert_close(model.weight.grad, torch.tensor([[1.0, 1.0]]))
+
+    def test_fedprox_reaches_a_users_own_training_loop(self):
+        # --strategy=fedprox with mu 0.5: the train function is the user's own
+        # loop and knows nothing of FedProx. Its first step moves every parameter
+        # by -lr = -0.1 (loss: the sum of the parameters); its second step's loss
+        # has no gradient of its own, so what the optimizer gets is the proximal
+        # term alone, mu (w - w_global) = 0.5 * -0.1 = -0.05 everywhere.
+        model = Net()
+        ft.export_safetensors(model, self.path)
+        seen = {}
+
+        def train(m: nn.Module, plan) -> tuple:
+            seen["mu"] = plan.proximal_mu
+            opt = torch.optim.SGD(m.parameters(), lr=0.1)
+            for scale in (1.0, 0.0):
+                opt.zero_grad()
+                (scale * sum(p.sum() for p in m.parameters())).backward()
+                seen["grads"] = [p.grad.clone() for p in m.parameters()]
+                opt.step()
+            return 8, {"loss": 1.0}
+
+        with Coordinator(f"--model={self.path}", "--min_clients=1", "--max_rounds=1",
+                         "--convergence_threshold=-inf", "--strategy=fedprox",
+                         "--strategy_config=proximal_mu: 0.5") as c:
+            summary = ft.TorchClient(c.address, Net(), train=train,
+                                     evaluate=lambda m, plan: (1.0, 0.5, 8)).run()
+        self.assertEqual(summary.rounds_trained, 1)
+        self.assertAlmostEqual(seen["mu"], 0.5)
+        for g in seen["grads"]:
+            torch.testing.assert_close(g, torch.full_like(g, -0.05))
 
 if __name__ == "__main__":
     unittest.main()
