@@ -391,33 +391,53 @@ class Client:
                       else self._pb2.ENCODING_DENSE))
         self._push(header, delta)
 
-    def _push(self, header: Any, delta: Weights) -> None:
-        """Pushes one update; an update the round no longer wants is dropped."""
+    def _deliver(self, send: Callable[[], Any], what: str) -> str:
+        """Sends a result of this client's task (an update, an evaluation) until it
+        counts or cannot: "sent"; "refused" (FAILED_PRECONDITION, ALREADY_EXISTS,
+        CANCELLED: the round or the evaluation moved on); "rejoined" (NOT_FOUND,
+        UNAUTHENTICATED: a restarted coordinator forgot this client, which joins
+        again, under an identity the result was not asked of); "stopped". While the
+        coordinator is unreachable (UNAVAILABLE, DEADLINE_EXCEEDED) the same result is
+        sent again after a backoff; other codes raise."""
         grpc = self._grpc
-        started = time.perf_counter()
-        payloads = [encode(d, self._int8)[0] for d in delta]
         while not self._stopping.is_set():
             try:
-                pushing = time.perf_counter()
-                self.push_update(header, payloads)
-                self.summary.upload_seconds += time.perf_counter() - pushing
-                self.summary.rounds_trained += 1
-                self.summary.bytes_sent += sum(len(p) for p in payloads)
-                break
+                send()
             except grpc.RpcError as e:
                 code = e.code()
                 if code in (grpc.StatusCode.FAILED_PRECONDITION,
                             grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.CANCELLED):
-                    self.summary.updates_rejected += 1  # the round moved on
-                    break
+                    return "refused"
                 if code in (grpc.StatusCode.UNAVAILABLE,
                             grpc.StatusCode.DEADLINE_EXCEEDED):
-                    self._backoff(from_rpc_error(e, "PushGradient"))
-                    continue  # the same update, if its round is still open
+                    self._backoff(from_rpc_error(e, what))
+                    continue
                 if code in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAUTHENTICATED):
-                    self._join()  # a new identity: this round's update cannot count
-                    break
-                raise from_rpc_error(e, "PushGradient") from None
+                    self._join()
+                    return "rejoined"
+                raise from_rpc_error(e, what) from None
+            self._failures = 0
+            self._failing_since = None
+            return "sent"
+        return "stopped"
+
+    def _push(self, header: Any, delta: Weights) -> None:
+        """Pushes one update; an update the round no longer wants is dropped."""
+        started = time.perf_counter()
+        payloads = [encode(d, self._int8)[0] for d in delta]
+        attempt = {}
+
+        def send() -> None:
+            attempt["started"] = time.perf_counter()
+            self.push_update(header, payloads)
+
+        outcome = self._deliver(send, "PushGradient")
+        if outcome == "sent":
+            self.summary.upload_seconds += time.perf_counter() - attempt["started"]
+            self.summary.rounds_trained += 1
+            self.summary.bytes_sent += sum(len(p) for p in payloads)
+        elif outcome == "refused":
+            self.summary.updates_rejected += 1
         self.summary.protocol_seconds += time.perf_counter() - started
 
     def push_update(self, header: Any, payloads: Sequence[Payload]) -> Any:
@@ -456,14 +476,11 @@ class Client:
         report = self._pb2.ReportEvalRequest(
             client_id=self.joined.client_id, round=task.round, test_loss=float(loss),
             test_accuracy=float(accuracy), num_examples=int(examples))
-        grpc = self._grpc
-        try:
-            self._stub.ReportEval(report, metadata=self._metadata(), timeout=30)
+        outcome = self._deliver(
+            lambda: self._stub.ReportEval(report, metadata=self._metadata(), timeout=30),
+            "ReportEval")
+        if outcome == "sent":
             self.summary.evaluations += 1
-        except grpc.RpcError as e:
-            if e.code() not in (grpc.StatusCode.FAILED_PRECONDITION,
-                                grpc.StatusCode.ALREADY_EXISTS):
-                raise from_rpc_error(e, "ReportEval") from None
 
 
 class _Heartbeats:

@@ -240,6 +240,49 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(status.phase, 4)  # DONE
         self.assertEqual(len([r for r in status.history if not r.evaluation]), 3)
 
+    def test_an_evaluation_outlives_a_coordinator_restart(self):
+        # The coordinator is killed while the client evaluates the final model, and
+        # restarted on the same port and state directory. The report meets a
+        # coordinator that is gone (UNAVAILABLE: backed off and sent again), then one
+        # that never saw this client (joined again); the client evaluates again when
+        # asked and the run ends DONE with its evaluation, no error surfacing.
+        state = tempfile.mkdtemp()
+        import socket
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        flags = ["--model=mlp_2nn", "--min_clients=1", "--max_rounds=1",
+                 "--convergence_threshold=-inf", f"--state_dir={state}"]
+        first = Coordinator(*flags, port=port).__enter__()
+        killed = threading.Event()
+
+        def evaluate(weights, plan):
+            if not killed.is_set():
+                first.process.kill()
+                first.process.wait()
+                killed.set()
+            return 0.5, 0.75, 10
+
+        client = fedlearn.Client(first.address, lambda w, p: (w, 10, {}), evaluate,
+                                 max_backoff=0.2)
+        result = {}
+        thread = threading.Thread(target=lambda: result.update(s=client.run()))
+        thread.start()
+        self.assertTrue(killed.wait(60))
+        time.sleep(0.5)  # the report meets the dead port first
+        with Coordinator(*flags, port=port) as second:
+            thread.join(60)
+            status = get_status(second.address)
+        first._log.close()
+        os.unlink(first.log_path)
+        self.assertFalse(thread.is_alive())
+        self.assertIn("s", result)  # run() returned rather than raised
+        self.assertEqual(result["s"].joins, 2)
+        self.assertEqual(result["s"].evaluations, 1)
+        self.assertEqual(status.phase, 4)  # DONE
+        self.assertEqual(status.final_evaluation.num_clients, 1)
+        self.assertAlmostEqual(status.final_evaluation.test_accuracy, 0.75)
+
     def test_the_command_line_shows_status_and_downloads_the_model(self):
         with Coordinator("--model=mlp_2nn", "--min_clients=3") as c:
             out = io.StringIO()
