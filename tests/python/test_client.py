@@ -17,6 +17,7 @@ import numpy as np
 
 import fedlearn
 from fedlearn.__main__ import get_status, main as cli
+from fedlearn.v1 import coordinator_pb2
 from coordinator import Coordinator
 
 
@@ -240,6 +241,36 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(status.phase, 4)  # DONE
         self.assertEqual(len([r for r in status.history if not r.evaluation]), 3)
 
+    def test_wait_is_honoured(self):
+        # One client of the two the run needs: each poll is held for the client's
+        # poll_wait of 0.1 s, then answered WAIT with retry_after_ms 200, and the
+        # client must let those 200 ms pass before it polls again.
+        with Coordinator("--model=mlp_2nn", "--min_clients=2") as c:
+            client = fedlearn.Client(c.address, lambda w, p: (w, 1, {}), poll_wait=0.1)
+            polls = []  # (when the poll started, the task's type and retry_after_ms)
+            poll = client._poll
+
+            def timed_poll():
+                started = time.monotonic()
+                task, weights = poll()
+                polls.append((started, task.type, task.retry_after_ms))
+                return task, weights
+
+            client._poll = timed_poll
+            thread = threading.Thread(target=lambda: self.assertRaises(
+                fedlearn.FedlearnError, client.run))
+            thread.start()
+            time.sleep(2.0)
+            client.stop()
+            thread.join(10)
+        self.assertGreaterEqual(len(polls), 3)
+        for started, kind, retry_after_ms in polls:
+            self.assertEqual(kind, coordinator_pb2.TASK_TYPE_WAIT)
+            self.assertEqual(retry_after_ms, 200)
+        for (before, _, _), (after, _, _) in zip(polls, polls[1:]):
+            # Held 0.1 s, then 0.2 s of waiting as told.
+            self.assertGreaterEqual(after - before, 0.3)
+
     def test_an_evaluation_outlives_a_coordinator_restart(self):
         # The coordinator is killed while the client evaluates the final model, and
         # restarted on the same port and state directory. The report meets a
@@ -306,6 +337,28 @@ class ClientTest(unittest.TestCase):
         finally:
             sys.stderr = sys_stderr
         self.assertIn("UNAVAILABLE", err.getvalue())
+
+    def test_watch_redraws_until_the_run_is_done(self):
+        with Coordinator("--model=mlp_2nn", "--min_clients=1", "--max_rounds=2",
+                         "--convergence_threshold=-inf") as c:
+            watch = subprocess.Popen(
+                [sys.executable, "-m", "fedlearn", "watch", c.address, "--every", "0.1"],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            seen = ""
+            while "phase WAITING_FOR_CLIENTS" not in seen:  # drawn before any client
+                line = watch.stdout.readline()
+                if not line:  # it exited
+                    self.fail(watch.stderr.read())
+                seen += line
+            fedlearn.Client(c.address, lambda w, p: (w, 10, {}),
+                            lambda w, p: (0.5, 0.5, 10)).run()
+            rest, err = watch.communicate(timeout=30)
+        self.assertEqual(watch.returncode, 0, err)
+        draws = (seen + rest).split("\x1b[H\x1b[2J")[1:]
+        self.assertGreaterEqual(len(draws), 2)
+        self.assertIn("phase WAITING_FOR_CLIENTS", draws[0])
+        self.assertIn("phase DONE", draws[-1])  # and then it stopped by itself
+        self.assertNotIn("phase DONE", "".join(draws[:-1]))
 
 
 if __name__ == "__main__":
