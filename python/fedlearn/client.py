@@ -26,7 +26,7 @@ import os
 import random
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -449,7 +449,7 @@ class Client:
         pb2 = self._pb2
         spec = self.joined.model
 
-        def requests():
+        def requests() -> Iterator[bytes]:
             yield pb2.PushGradientRequest(header=header).SerializeToString()
             # The coordinator's initial metadata is the go-ahead: a rejected push
             # finishes before any chunk is sent.

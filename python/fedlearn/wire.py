@@ -13,7 +13,7 @@ and bytes: no per-element Python loops, and the CRCs come from ISA-L where it is
 from __future__ import annotations
 
 import ctypes
-from typing import Iterable, Iterator, List, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, Union
 
 import crc32c as _crc32c
 import numpy as np
@@ -27,7 +27,7 @@ MAX_CHUNK_BYTES = 1 << 20
 Payload = Union[bytes, memoryview]
 
 
-def _isal_crc32c():
+def _isal_crc32c() -> Optional[Callable[[Payload, int], int]]:
     """CRC-32C from ISA-L (Debian's libisal2: ``crc32_iscsi``, with the crc32 and
     carry-less multiply instructions), or None where the library is absent. Debian's
     python3-crc32c has no hardware path: it computes 2.1 GB/s against ISA-L's 22 GB/s
@@ -40,7 +40,7 @@ def _isal_crc32c():
     iscsi.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32]
     iscsi.restype = ctypes.c_uint32
 
-    def crc(data, value: int = 0) -> int:
+    def crc(data: Payload, value: int = 0) -> int:
         # crc32_iscsi neither inverts the register on entry nor on exit.
         buffer = np.frombuffer(data, dtype=np.uint8)
         return iscsi(buffer.ctypes.data, buffer.size, value ^ 0xFFFFFFFF) ^ 0xFFFFFFFF
@@ -68,7 +68,7 @@ def crc32c(data: Payload, value: int = 0) -> int:
 _shift_cache: dict = {}
 
 
-def _apply(matrix, v: int) -> int:
+def _apply(matrix: List[int], v: int) -> int:
     out = 0
     k = 0
     while v:
@@ -79,12 +79,12 @@ def _apply(matrix, v: int) -> int:
     return out
 
 
-def _compose(a, b):
+def _compose(a: List[int], b: List[int]) -> List[int]:
     """The matrix of x -> a(b(x))."""
     return [_apply(a, column) for column in b]
 
 
-def _shift_matrix(n: int):
+def _shift_matrix(n: int) -> List[int]:
     matrix = _shift_cache.get(n)
     if matrix is None:
         base = crc32c(b"\0", 0)
@@ -136,7 +136,7 @@ class Reassembler:
             b.fill(0)
         return buffers
 
-    def __init__(self, pb2, spec, buffers: Optional[List[np.ndarray]] = None):
+    def __init__(self, pb2: Any, spec: Any, buffers: Optional[List[np.ndarray]] = None):
         self._pb2 = pb2
         self._tensors = list(spec.tensors)
         self._buffers = buffers
@@ -261,7 +261,7 @@ def _length_delimited_tag(field) -> bytes:
     return _varint(field.number << 3 | 2)
 
 
-def push_requests(pb2, spec, payloads: Sequence[Payload], chunk_bytes: int,
+def push_requests(pb2: Any, spec: Any, payloads: Sequence[Payload], chunk_bytes: int,
                   int8: bool) -> Iterator[bytes]:
     """The serialized ``PushGradientRequest`` of each chunk of the tensors' payloads,
     chunked as the contract says.
