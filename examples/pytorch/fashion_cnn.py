@@ -113,6 +113,7 @@ def train(args):
     train_parts = dirichlet_split(y.numpy(), args.clients, args.alpha, seed=3)
     test_parts = np.array_split(np.arange(len(ty)), args.clients)
     errors = []
+    reports = [""] * args.clients  # printed in order once all are done
 
     def client(i):
         try:
@@ -126,10 +127,9 @@ def train(args):
                 optimizer=lambda params, plan: torch.optim.SGD(
                     params, lr=plan.learning_rate, momentum=0.9))
             s = c.run()
-            print(f"client {i}: {len(tr)} examples, {s.rounds_trained} updates accepted, "
-                  f"{s.updates_rejected} rejected, fit {s.fit_seconds:.1f} s, "
-                  f"protocol {s.protocol_seconds:.2f} s",
-                  file=sys.stderr)
+            reports[i] = (f"client {i}: {len(tr)} examples, {s.rounds_trained} updates "
+                          f"accepted, {s.updates_rejected} rejected, fit "
+                          f"{s.fit_seconds:.1f} s, protocol {s.protocol_seconds:.2f} s")
         except Exception as e:  # reported by the main thread
             errors.append(f"client {i}: {e}")
 
@@ -138,6 +138,7 @@ def train(args):
         t.start()
     for t in threads:
         t.join()
+    print("\n".join(r for r in reports if r), file=sys.stderr)
     if errors:
         print("\n".join(errors), file=sys.stderr)
         return 1
