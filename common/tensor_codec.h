@@ -28,6 +28,7 @@ inline constexpr size_t kMaxChunkBytes = size_t{1} << 20;
 // messages make gRPC keep larger read buffers per connection (README, "How
 // updates are received").
 inline constexpr size_t kDefaultPushChunkBytes = size_t{256} << 10;
+static_assert(kDefaultPushChunkBytes <= kMaxChunkBytes);
 
 // Conversions between the model spec and its wire form. FromProto validates:
 // every tensor float32, positive dimensions, unique names, num_parameters
