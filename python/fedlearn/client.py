@@ -227,24 +227,35 @@ class Client:
     def _metadata(self) -> list:
         return [("authorization", "Bearer " + self.joined.session_token)]
 
-    def _call(self, fn: Callable[[], Any], what: str) -> Any:
-        """Runs ``fn``; on a failure that waiting or joining again mends, does that and
-        returns None. Raises for the rest."""
+    def _mend(self, error: Any, what: str) -> bool:
+        """What every call does about a failure that waiting or joining again mends:
+        backs off while the coordinator is unreachable (UNAVAILABLE,
+        DEADLINE_EXCEEDED), joins again when a restarted one has forgotten this client
+        (NOT_FOUND, UNAUTHENTICATED). False for any other code."""
         grpc = self._grpc
-        try:
-            result = fn()
-        except grpc.RpcError as e:
-            code = e.code()
-            if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-                self._backoff(from_rpc_error(e, what))
-                return None
-            if code in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAUTHENTICATED):
-                # A restarted coordinator has forgotten this client: join again.
-                self._join()
-                return None
-            raise from_rpc_error(e, what) from None
+        code = error.code()
+        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            self._backoff(from_rpc_error(error, what))
+            return True
+        if code in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAUTHENTICATED):
+            self._join()
+            return True
+        return False
+
+    def _succeeded(self) -> None:
         self._failures = 0
         self._failing_since = None
+
+    def _call(self, fn: Callable[[], Any], what: str) -> Any:
+        """Runs ``fn``; on a failure ``_mend`` mends, returns None (to be called
+        again). Raises for the rest."""
+        try:
+            result = fn()
+        except self._grpc.RpcError as e:
+            if self._mend(e, what):
+                return None
+            raise from_rpc_error(e, what) from None
+        self._succeeded()
         return result
 
     def _backoff(self, error: FedlearnError) -> None:
@@ -393,39 +404,44 @@ class Client:
 
     def _deliver(self, send: Callable[[], Any], what: str) -> str:
         """Sends a result of this client's task (an update, an evaluation) until it
-        counts or cannot: "sent"; "refused" (FAILED_PRECONDITION, ALREADY_EXISTS,
-        CANCELLED: the round or the evaluation moved on); "rejoined" (NOT_FOUND,
-        UNAUTHENTICATED: a restarted coordinator forgot this client, which joins
-        again, under an identity the result was not asked of); "stopped". While the
-        coordinator is unreachable (UNAVAILABLE, DEADLINE_EXCEEDED) the same result is
-        sent again after a backoff; other codes raise."""
+        counts or cannot, as the C++ agent does: "sent"; "refused" (FAILED_PRECONDITION,
+        ALREADY_EXISTS, CANCELLED: the round or the evaluation moved on;
+        RESOURCE_EXHAUSTED: over a size or rate limit, the result dropped whole);
+        "rejoined" (a restarted coordinator forgot this client, which joined again,
+        under an identity the result was not asked of); "stopped". While the
+        coordinator is unreachable the same result is sent again after a backoff, and
+        ALREADY_EXISTS then means an earlier attempt arrived though its reply did not:
+        "sent". Other codes raise."""
         grpc = self._grpc
+        attempts = 0
         while not self._stopping.is_set():
+            attempts += 1
             try:
                 send()
             except grpc.RpcError as e:
                 code = e.code()
+                if code == grpc.StatusCode.ALREADY_EXISTS and attempts > 1:
+                    break
                 if code in (grpc.StatusCode.FAILED_PRECONDITION,
-                            grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.CANCELLED):
+                            grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.CANCELLED,
+                            grpc.StatusCode.RESOURCE_EXHAUSTED):
                     return "refused"
-                if code in (grpc.StatusCode.UNAVAILABLE,
-                            grpc.StatusCode.DEADLINE_EXCEEDED):
-                    self._backoff(from_rpc_error(e, what))
-                    continue
+                if not self._mend(e, what):
+                    raise from_rpc_error(e, what) from None
                 if code in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAUTHENTICATED):
-                    self._join()
                     return "rejoined"
-                raise from_rpc_error(e, what) from None
-            self._failures = 0
-            self._failing_since = None
-            return "sent"
-        return "stopped"
+                continue
+            break
+        else:
+            return "stopped"
+        self._succeeded()
+        return "sent"
 
     def _push(self, header: Any, delta: Weights) -> None:
         """Pushes one update; an update the round no longer wants is dropped."""
         started = time.perf_counter()
         payloads = [encode(d, self._int8)[0] for d in delta]
-        attempt = {}
+        attempt: Dict[str, float] = {}
 
         def send() -> None:
             attempt["started"] = time.perf_counter()

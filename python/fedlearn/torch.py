@@ -106,10 +106,13 @@ def proximal_term(model: nn.Module, mu: float) -> Iterator[None]:
     """FedProx (Li et al. 2020) for whatever trains ``model`` inside the ``with``:
     every ``backward()`` adds ``mu (w - w_global)`` to each parameter's gradient, the
     gradient of ``mu/2 |w - w_global|^2``, where ``w_global`` is the parameters'
-    value on entry (the round's weights). Any training loop and optimizer get the
-    term without being changed. A loop that accumulates k backward passes into one
-    step gets it k times, as if each pass's loss carried it. ``mu <= 0`` adds
-    nothing."""
+    value on entry (the round's weights), so a plain training loop and any optimizer
+    get the term without being changed. It joins each gradient as ``backward()``
+    computes it, which has three consequences: a loop that accumulates k backward
+    passes into one step gets it k times (as if each pass's loss carried it); a loss
+    scaler for mixed precision (``torch.cuda.amp.GradScaler``) divides it by the scale
+    with the rest, so under one the term is that much weaker; and a parameter that did
+    not require grad on entry gets none. ``mu <= 0`` adds nothing."""
     if mu <= 0:
         yield
         return

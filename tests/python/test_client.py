@@ -241,6 +241,48 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(status.phase, 4)  # DONE
         self.assertEqual(len([r for r in status.history if not r.evaluation]), 3)
 
+    def test_what_each_code_does_to_a_result_being_delivered(self):
+        # _deliver, the policy pushes and evaluation reports share, fed scripted
+        # failures (no coordinator is reached: the codes never ask for a join).
+        class Failure(grpc.RpcError):
+            def __init__(self, code):
+                self._code = code
+
+            def code(self):
+                return self._code
+
+            def details(self):
+                return f"scripted {self._code.name}"
+
+        def deliver(*codes):
+            client = fedlearn.Client("127.0.0.1:1", lambda w, p: (w, 1, {}),
+                                     max_backoff=0.01)
+            script = list(codes)
+            sends = []
+
+            def send():
+                sends.append(1)
+                if script:
+                    raise Failure(script.pop(0))
+
+            return client._deliver(send, "PushGradient"), len(sends)
+
+        C = grpc.StatusCode
+        self.assertEqual(deliver(), ("sent", 1))
+        # The round moved on, or the result is over a limit: dropped, not raised
+        # (a push preempted as too slow ends RESOURCE_EXHAUSTED).
+        for code in (C.FAILED_PRECONDITION, C.ALREADY_EXISTS, C.CANCELLED,
+                     C.RESOURCE_EXHAUSTED):
+            self.assertEqual(deliver(code), ("refused", 1), code)
+        # Unreachable: the same result again; a duplicate then is the earlier
+        # attempt having arrived.
+        self.assertEqual(deliver(C.UNAVAILABLE, C.DEADLINE_EXCEEDED), ("sent", 3))
+        self.assertEqual(deliver(C.UNAVAILABLE, C.ALREADY_EXISTS), ("sent", 2))
+        with self.assertRaises(fedlearn.FedlearnError) as e:
+            deliver(C.INVALID_ARGUMENT)
+        self.assertEqual(e.exception.code, C.INVALID_ARGUMENT)
+        self.assertIn("PushGradient: scripted INVALID_ARGUMENT", str(e.exception))
+
     def test_wait_is_honoured(self):
         # One client of the two the run needs: each poll is held for the client's
         # poll_wait of 0.1 s, then answered WAIT with retry_after_ms 200, and the
@@ -257,19 +299,31 @@ class ClientTest(unittest.TestCase):
                 return task, weights
 
             client._poll = timed_poll
-            thread = threading.Thread(target=lambda: self.assertRaises(
-                fedlearn.FedlearnError, client.run))
+            ended = {}
+
+            def run():
+                try:
+                    client.run()
+                except fedlearn.FedlearnError as e:
+                    ended["error"] = e
+
+            thread = threading.Thread(target=run)
             thread.start()
-            time.sleep(2.0)
+            deadline = time.monotonic() + 30
+            while len(polls) < 4 and time.monotonic() < deadline:
+                time.sleep(0.05)
             client.stop()
             thread.join(10)
-        self.assertGreaterEqual(len(polls), 3)
+        self.assertFalse(thread.is_alive())
+        self.assertEqual(ended["error"].code, grpc.StatusCode.CANCELLED)  # stop()
+        self.assertGreaterEqual(len(polls), 4)
         for started, kind, retry_after_ms in polls:
             self.assertEqual(kind, coordinator_pb2.TASK_TYPE_WAIT)
             self.assertEqual(retry_after_ms, 200)
         for (before, _, _), (after, _, _) in zip(polls, polls[1:]):
-            # Held 0.1 s, then 0.2 s of waiting as told.
-            self.assertGreaterEqual(after - before, 0.3)
+            # Held 0.1 s, then 0.2 s of waiting as told (10 ms of slack for the
+            # coordinator's timer).
+            self.assertGreaterEqual(after - before, 0.29)
 
     def test_an_evaluation_outlives_a_coordinator_restart(self):
         # The coordinator is killed while the client evaluates the final model, and
@@ -285,7 +339,9 @@ class ClientTest(unittest.TestCase):
         flags = ["--model=mlp_2nn", "--min_clients=1", "--max_rounds=1",
                  "--convergence_threshold=-inf", f"--state_dir={state}"]
         first = Coordinator(*flags, port=port).__enter__()
+        self.addCleanup(first.__exit__, None, None, None)
         killed = threading.Event()
+        backed_off = threading.Event()  # the report met the dead coordinator
 
         def evaluate(weights, plan):
             if not killed.is_set():
@@ -296,16 +352,22 @@ class ClientTest(unittest.TestCase):
 
         client = fedlearn.Client(first.address, lambda w, p: (w, 10, {}), evaluate,
                                  max_backoff=0.2)
+        backoff = client._backoff
+
+        def noted_backoff(error):
+            if killed.is_set() and "ReportEval" in error.message:
+                backed_off.set()
+            backoff(error)
+
+        client._backoff = noted_backoff
         result = {}
         thread = threading.Thread(target=lambda: result.update(s=client.run()))
         thread.start()
         self.assertTrue(killed.wait(60))
-        time.sleep(0.5)  # the report meets the dead port first
+        self.assertTrue(backed_off.wait(60))
         with Coordinator(*flags, port=port) as second:
             thread.join(60)
             status = get_status(second.address)
-        first._log.close()
-        os.unlink(first.log_path)
         self.assertFalse(thread.is_alive())
         self.assertIn("s", result)  # run() returned rather than raised
         self.assertEqual(result["s"].joins, 2)
@@ -344,11 +406,14 @@ class ClientTest(unittest.TestCase):
             watch = subprocess.Popen(
                 [sys.executable, "-m", "fedlearn", "watch", c.address, "--every", "0.1"],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            self.addCleanup(watch.kill)
             seen = ""
+            deadline = time.monotonic() + 30
             while "phase WAITING_FOR_CLIENTS" not in seen:  # drawn before any client
-                line = watch.stdout.readline()
+                line = watch.stdout.readline()  # a draw every 0.1 s while it runs
                 if not line:  # it exited
                     self.fail(watch.stderr.read())
+                self.assertLess(time.monotonic(), deadline, seen[-2000:])
                 seen += line
             fedlearn.Client(c.address, lambda w, p: (w, 10, {}),
                             lambda w, p: (0.5, 0.5, 10)).run()
