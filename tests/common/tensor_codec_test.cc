@@ -703,24 +703,31 @@ TEST(AllFiniteTest, FiniteValues) {
   EXPECT_TRUE(AllFinite(values));
 }
 
-TEST(AllFiniteTest, FindsANonFiniteValueAnywhere) {
+// Puts each kind of non-finite value first, in the middle and last in vectors
+// of odd and even lengths (so that both a vectorised body and its scalar tail
+// meet one), and expects `finite` to say no each time, and yes without it.
+template <typename Finite>
+void ExpectANonFiniteValueFoundAnywhere(Finite finite) {
   const float bad[] = {std::numeric_limits<float>::quiet_NaN(),
                        std::numeric_limits<float>::signaling_NaN(),
                        -std::numeric_limits<float>::quiet_NaN(),
                        std::numeric_limits<float>::infinity(),
                        -std::numeric_limits<float>::infinity()};
-  // Odd lengths and every position, so that both a vectorised body and its
-  // scalar tail are exercised.
   for (size_t n : {1u, 7u, 16u, 33u, 1001u}) {
     for (size_t pos : {size_t{0}, n / 2, n - 1}) {
       for (float v : bad) {
         std::vector<float> values(n, 1.5f);
         values[pos] = v;
-        EXPECT_FALSE(AllFinite(values)) << "n " << n << " pos " << pos;
+        EXPECT_FALSE(finite(values)) << "n " << n << " pos " << pos;
       }
     }
-    EXPECT_TRUE(AllFinite(std::vector<float>(n, 1.5f))) << n;
+    EXPECT_TRUE(finite(std::vector<float>(n, 1.5f))) << n;
   }
+}
+
+TEST(AllFiniteTest, FindsANonFiniteValueAnywhere) {
+  ExpectANonFiniteValueFoundAnywhere(
+      [](const std::vector<float>& v) { return AllFinite(v); });
 }
 
 // ---------------------------------------------------------------------------------------
@@ -744,20 +751,9 @@ TEST(SumOfSquaresTest, ByHand) {
 }
 
 TEST(SumOfSquaresTest, IsNotFiniteExactlyWhenAValueIsNot) {
-  const float bad[] = {std::numeric_limits<float>::quiet_NaN(),
-                       -std::numeric_limits<float>::quiet_NaN(),
-                       std::numeric_limits<float>::infinity(),
-                       -std::numeric_limits<float>::infinity()};
-  for (size_t n : {1u, 7u, 16u, 33u, 1001u}) {
-    for (size_t pos : {size_t{0}, n / 2, n - 1}) {
-      for (float v : bad) {
-        std::vector<float> values(n, 1.5f);
-        values[pos] = v;
-        EXPECT_FALSE(std::isfinite(SumOfSquares(values)))
-            << "n " << n << " pos " << pos;
-      }
-    }
-  }
+  ExpectANonFiniteValueFoundAnywhere([](const std::vector<float>& v) {
+    return std::isfinite(SumOfSquares(v));
+  });
 }
 
 // ---------------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 import io
 import os
+import socket
 import struct
 import subprocess
 import sys
@@ -19,6 +20,15 @@ import fedlearn
 from fedlearn.__main__ import get_status, main as cli
 from fedlearn.v1 import coordinator_pb2
 from coordinator import Coordinator
+
+
+def restartable(*flags):
+    """``flags`` for a coordinator that can be killed and started again where it was,
+    and the port for both: a state directory of its own, a port free when picked."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return [*flags, f"--state_dir={tempfile.mkdtemp()}"], port
 
 
 def run_clients(clients):
@@ -208,13 +218,8 @@ class ClientTest(unittest.TestCase):
         # The coordinator is killed after round 1 and restarted on the same port and
         # state directory: the client backs off while it is gone, is told NOT_FOUND by
         # the new process (which never saw it), joins again and finishes the run.
-        state = tempfile.mkdtemp()
-        import socket
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        flags = ["--model=mlp_2nn", "--min_clients=1", "--max_rounds=3",
-                 "--convergence_threshold=-inf", f"--state_dir={state}"]
+        flags, port = restartable("--model=mlp_2nn", "--min_clients=1",
+                                  "--max_rounds=3", "--convergence_threshold=-inf")
         first = Coordinator(*flags, port=port).__enter__()
         killed = threading.Event()
 
@@ -331,13 +336,8 @@ class ClientTest(unittest.TestCase):
         # coordinator that is gone (UNAVAILABLE: backed off and sent again), then one
         # that never saw this client (joined again); the client evaluates again when
         # asked and the run ends DONE with its evaluation, no error surfacing.
-        state = tempfile.mkdtemp()
-        import socket
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        flags = ["--model=mlp_2nn", "--min_clients=1", "--max_rounds=1",
-                 "--convergence_threshold=-inf", f"--state_dir={state}"]
+        flags, port = restartable("--model=mlp_2nn", "--min_clients=1",
+                                  "--max_rounds=1", "--convergence_threshold=-inf")
         first = Coordinator(*flags, port=port).__enter__()
         self.addCleanup(first.__exit__, None, None, None)
         killed = threading.Event()
