@@ -30,7 +30,10 @@ absl::StatusOr<size_t> ParseBytes(absl::string_view flag,
        {std::pair<absl::string_view, uint64_t>{"KiB", uint64_t{1} << 10},
         {"MiB", uint64_t{1} << 20},
         {"GiB", uint64_t{1} << 30}}) {
-    if (absl::ConsumeSuffix(&text, suffix)) unit = bytes;
+    if (absl::ConsumeSuffix(&text, suffix)) {
+      unit = bytes;
+      break;  // one unit: "1GiBKiB" is not a size
+    }
   }
   uint64_t count = 0;
   if (!absl::SimpleAtoi(text, &count) ||

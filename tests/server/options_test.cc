@@ -24,7 +24,8 @@ TEST(CoordinatorOptionsTest, GrpcMemoryIsGivenOrScalesWithTheClients) {
   EXPECT_EQ(*o.GrpcMemoryBytes(), size_t{3221225472});
   o.grpc_memory = "640KiB";
   EXPECT_EQ(*o.GrpcMemoryBytes(), size_t{655360});
-  for (const char* bad : {"0", "0MiB", "-1", "12 MB", "lots", ""}) {
+  for (const char* bad :
+       {"0", "0MiB", "-1", "12 MB", "lots", "", "1GiBKiB", "1KiBMiB"}) {
     o.grpc_memory = bad;
     EXPECT_THAT(o.Validate().message(), HasSubstr("--grpc_memory: ")) << bad;
     EXPECT_FALSE(o.GrpcMemoryBytes().ok()) << bad;
