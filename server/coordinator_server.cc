@@ -207,10 +207,10 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   // Without a bound, gRPC keeps each connection's read buffer as large as its
   // biggest reads grew it (an update's: about 150 KiB a client that has
   // pushed); with one, idle connections give theirs back as it fills.
-  FEDLEARN_ASSIGN_OR_RETURN(const size_t grpc_memory,
+  FEDLEARN_ASSIGN_OR_RETURN(server->grpc_memory_bytes_,
                             options.GrpcMemoryBytes());
   grpc::ResourceQuota quota("fedlearn-coordinator");
-  quota.Resize(grpc_memory);
+  quota.Resize(server->grpc_memory_bytes_);
   builder.SetResourceQuota(quota);
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {

@@ -37,6 +37,8 @@ class CoordinatorServer {
 
   // The bound port.
   int port() const { return port_; }
+  // The gRPC memory quota it runs with (--grpc_memory resolved).
+  size_t grpc_memory_bytes() const { return grpc_memory_bytes_; }
   RunController& controller() { return *controller_; }
 
   // Marks the service NOT_SERVING, fails pending polls with UNAVAILABLE, and
@@ -47,6 +49,7 @@ class CoordinatorServer {
   CoordinatorServer() = default;
 
   int port_ = 0;
+  size_t grpc_memory_bytes_ = 0;
   std::unique_ptr<RunController> controller_;
   std::unique_ptr<CoordinatorService> service_;
   std::unique_ptr<grpc::Server> server_;

@@ -144,10 +144,10 @@ int Run() {
        absl::GetFlag(FLAGS_tls_cert).empty()        ? ""
        : absl::GetFlag(FLAGS_tls_client_ca).empty() ? " with TLS"
                                                     : " with mutual TLS");
-  // Resolved once Start has accepted it; an undersized quota shows up as
-  // streams cancelled with ENHANCE_YOUR_CALM, so say what it is.
+  // An undersized quota shows up as streams cancelled with ENHANCE_YOUR_CALM,
+  // so say what it is.
   Logf("gRPC may hold up to %zu MiB (--grpc_memory)",
-       *options->GrpcMemoryBytes() >> 20);
+       (*server)->grpc_memory_bytes() >> 20);
   RunController& controller = (*server)->controller();
   KeepModelSizedBlocksOnTheHeap(controller.spec().num_parameters * 4);
   std::unique_ptr<HttpServer> http;
