@@ -227,20 +227,20 @@ class Client:
     def _metadata(self) -> list:
         return [("authorization", "Bearer " + self.joined.session_token)]
 
-    def _mend(self, error: Any, what: str) -> bool:
+    def _mend(self, error: Any, what: str) -> Optional[str]:
         """What every call does about a failure that waiting or joining again mends:
-        backs off while the coordinator is unreachable (UNAVAILABLE,
-        DEADLINE_EXCEEDED), joins again when a restarted one has forgotten this client
-        (NOT_FOUND, UNAUTHENTICATED). False for any other code."""
+        "backed off" while the coordinator is unreachable (UNAVAILABLE,
+        DEADLINE_EXCEEDED), "rejoined" when a restarted one had forgotten this client
+        (NOT_FOUND, UNAUTHENTICATED); None for any other code."""
         grpc = self._grpc
         code = error.code()
         if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
             self._backoff(from_rpc_error(error, what))
-            return True
+            return "backed off"
         if code in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAUTHENTICATED):
             self._join()
-            return True
-        return False
+            return "rejoined"
+        return None
 
     def _succeeded(self) -> None:
         self._failures = 0
@@ -252,7 +252,7 @@ class Client:
         try:
             result = fn()
         except self._grpc.RpcError as e:
-            if self._mend(e, what):
+            if self._mend(e, what) is not None:
                 return None
             raise from_rpc_error(e, what) from None
         self._succeeded()
@@ -421,21 +421,21 @@ class Client:
             except grpc.RpcError as e:
                 code = e.code()
                 if code == grpc.StatusCode.ALREADY_EXISTS and attempts > 1:
-                    break
-                if code in (grpc.StatusCode.FAILED_PRECONDITION,
-                            grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.CANCELLED,
-                            grpc.StatusCode.RESOURCE_EXHAUSTED):
+                    pass  # an earlier attempt arrived
+                elif code in (grpc.StatusCode.FAILED_PRECONDITION,
+                              grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.CANCELLED,
+                              grpc.StatusCode.RESOURCE_EXHAUSTED):
                     return "refused"
-                if not self._mend(e, what):
-                    raise from_rpc_error(e, what) from None
-                if code in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAUTHENTICATED):
-                    return "rejoined"
-                continue
-            break
-        else:
-            return "stopped"
-        self._succeeded()
-        return "sent"
+                else:
+                    mended = self._mend(e, what)
+                    if mended is None:
+                        raise from_rpc_error(e, what) from None
+                    if mended == "rejoined":
+                        return mended
+                    continue  # the same result, after the backoff
+            self._succeeded()
+            return "sent"
+        return "stopped"
 
     def _push(self, header: Any, delta: Weights) -> None:
         """Pushes one update; an update the round no longer wants is dropped."""
