@@ -19,14 +19,10 @@ namespace fedlearn {
 inline constexpr size_t kMaxChunkBytes = size_t{1} << 20;
 
 // The payload per chunk a C++ client pushes unless told otherwise. Each message
-// costs both ends a fixed share of CPU (gRPC's callbacks, wakeups, syscalls)
-// whatever its size: 100 clients' mnist_cnn updates were received at 0.92-1.04
-// GB/s in 256 KiB chunks, against 0.57-0.72 in 64 KiB and 0.79-0.99 in 1 MiB,
-// the coordinator and the load on the same 2 cores (Intel Xeon, 2026-12-04;
-// `bench/push_load --chunk_bytes=N` against `--min_clients=100
-// --clients_per_round=100 --tolerance=0`, four alternated runs each). Larger
-// messages make gRPC keep larger read buffers per connection (README, "How
-// updates are received").
+// costs both ends a fixed share of CPU whatever its size, so larger chunks are
+// received faster, up to a point, and make gRPC keep larger read buffers per
+// connection: the measurements and the memory it costs are in the README, "How
+// updates are received".
 inline constexpr size_t kDefaultPushChunkBytes = size_t{256} << 10;
 static_assert(kDefaultPushChunkBytes <= kMaxChunkBytes);
 
