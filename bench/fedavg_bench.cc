@@ -1,11 +1,14 @@
 // FedAvg fold throughput next to a plain streaming read of the same bytes, and
 // the close of a round: the mean and server step, and central DP's noise.
 //
-// Both walk the same set of update buffers (8 updates of the seed CNN, 38 MB:
-// more than the 32 MB L3, so updates stream from memory as they do in the
-// coordinator); throughput is reported in bytes of update data per second. The
-// fold also reads and writes its double accumulator (9.6 MB), so it moves 5x
-// the update's bytes.
+// Both walk the same set of update buffers (8 updates of the seed CNN, 38 MB);
+// throughput is reported in bytes of update data per second. Where the L3 is
+// smaller than that (32 MB on the AMD machines), the updates stream from
+// memory; where it is larger (`lscpu` reports 260 MiB on some Intel guests),
+// both loops run from cache and the read is several times faster, so the
+// ratio depends on the machine (README, "Receiving updates"). The fold also
+// reads and writes its double accumulator (9.6 MB), so it moves 5x the
+// update's bytes.
 
 #include <cstdint>
 #include <numeric>
@@ -74,8 +77,9 @@ void BM_FedAvgFold(benchmark::State& state) {
 BENCHMARK(BM_FedAvgFold)->Unit(benchmark::kMicrosecond);
 
 // What the coordinator does to every received byte besides the fold: the
-// CRC-32C of each chunk and of each tensor (one pass here: the tensor's CRC
-// extends the chunks'), and the update's norm.
+// CRC-32C of each chunk (the tensor's is combined from the chunks', with no
+// pass of its own), and the sum of squares that is both the finiteness check
+// and the update's norm (BM_L2Norm is that pass and its root).
 void BM_Crc32c(benchmark::State& state) {
   OverUpdates(state, [](const std::vector<float>& u) {
     benchmark::DoNotOptimize(Crc32c(u.data(), u.size() * sizeof(float)));
