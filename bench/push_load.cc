@@ -6,9 +6,11 @@
 //
 // The load shares the machine's cores with the coordinator, so it does as
 // little as a client can: the clients' updates are seven shared vectors, not
-// one each, and no client downloads its next task while others still push
-// (the reply to the last push would otherwise wait behind 99 downloads for a
-// thread of this process, and count as ingest time).
+// one each, cut into chunk messages (with their CRCs) once, not once per push
+// (--encode_once; without it each push encodes its update as the C++ client
+// does), and no client downloads its next task while others still push (the
+// reply to the last push would otherwise wait behind 99 downloads for a thread
+// of this process, and count as ingest time).
 
 #include <grpcpp/create_channel.h>
 
@@ -25,7 +27,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "absl/types/span.h"
 #include "client/coordinator_client.h"
+#include "common/model_spec.h"
 #include "common/retry.h"
 #include "common/tensor_codec.h"
 
@@ -33,6 +37,11 @@ ABSL_FLAG(std::string, coordinator, "127.0.0.1:50051", "coordinator address");
 ABSL_FLAG(int, clients, 10, "number of clients");
 ABSL_FLAG(int, chunk_bytes, static_cast<int>(fedlearn::kDefaultPushChunkBytes),
           "payload bytes per pushed chunk (the C++ client's default)");
+ABSL_FLAG(bool, encode_once, true,
+          "cut each of the seven shared updates into chunk messages once and "
+          "send those; false: every push encodes its update as "
+          "CoordinatorClient::PushUpdate does (a CRC-32C and a copy per chunk "
+          "more on this process)");
 ABSL_FLAG(bool, transfer_report, false,
           "print one JSON line of the seconds polls waited for their task's "
           "header, downloads took (header to verified weights) and uploads "
@@ -70,6 +79,25 @@ const std::vector<float>& SharedDelta(int kind, size_t size) {
   std::vector<float>& delta = deltas[kind];
   if (delta.empty()) delta.assign(size, 1e-3f * static_cast<float>(kind));
   return delta;
+}
+
+// SharedDelta(kind, spec.num_parameters) cut into dense chunk messages of
+// `chunk_bytes`, made once like it and read-only after.
+absl::Span<const v1::PushGradientRequest> SharedChunks(int kind,
+                                                       const ModelSpec& spec,
+                                                       size_t chunk_bytes) {
+  static absl::Mutex mu;
+  static std::vector<v1::PushGradientRequest> chunks[7];
+  const std::vector<float>& delta =
+      SharedDelta(kind, static_cast<size_t>(spec.num_parameters));
+  absl::MutexLock lock(&mu);
+  std::vector<v1::PushGradientRequest>& encoded = chunks[kind];
+  if (encoded.empty()) {
+    ChunkWriter writer(spec, delta, chunk_bytes);
+    v1::PushGradientRequest message;
+    while (writer.Next(message.mutable_chunk())) encoded.push_back(message);
+  }
+  return encoded;
 }
 
 int Run() {
@@ -138,6 +166,14 @@ int Run() {
         case v1::TASK_TYPE_TRAIN: {
           const std::vector<float>& delta =
               SharedDelta(index % 7, task->weights.size());
+          // Encoded before the barrier: the push window times the pushes.
+          const bool encode_once = absl::GetFlag(FLAGS_encode_once);
+          absl::Span<const v1::PushGradientRequest> encoded;
+          if (encode_once) {
+            encoded = SharedChunks(
+                index % 7, client.spec(),
+                static_cast<size_t>(absl::GetFlag(FLAGS_chunk_bytes)));
+          }
           const bool first = !trained;
           if (first) weights_in_hand.ArriveAndWait();
           trained = true;
@@ -146,7 +182,8 @@ int Run() {
           header.set_round(task->task.round());
           header.set_num_examples(100);
           header.set_train_loss(1.0);
-          auto pushed = client.PushUpdate(header, delta);
+          auto pushed = encode_once ? client.PushEncoded(header, encoded)
+                                    : client.PushUpdate(header, delta);
           const absl::Time end = absl::Now();
           if (!pushed.ok()) {
             std::fprintf(stderr, "%s: push: %s\n", client.client_id().c_str(),

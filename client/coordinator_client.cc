@@ -128,24 +128,45 @@ absl::StatusOr<v1::PushGradientResponse> CoordinatorClient::PushUpdate(
                                                    " values, model has ",
                                                    spec_.num_parameters));
   }
+  ChunkWriter chunks(spec_, delta, chunk_bytes_, header.encoding());
+  header.set_encoding(chunks.encoding());
+  // One message, refilled chunk by chunk: the update is encoded as it goes.
+  v1::PushGradientRequest message;
+  return Push(std::move(header), [&]() -> const v1::PushGradientRequest* {
+    return chunks.Next(message.mutable_chunk()) ? &message : nullptr;
+  });
+}
+
+absl::StatusOr<v1::PushGradientResponse> CoordinatorClient::PushEncoded(
+    v1::UpdateHeader header, absl::Span<const v1::PushGradientRequest> chunks) {
+  size_t next = 0;
+  return Push(std::move(header), [&]() -> const v1::PushGradientRequest* {
+    return next < chunks.size() ? &chunks[next++] : nullptr;
+  });
+}
+
+absl::StatusOr<v1::PushGradientResponse> CoordinatorClient::Push(
+    v1::UpdateHeader header,
+    absl::FunctionRef<const v1::PushGradientRequest*()> next_chunk) {
   grpc::ClientContext context;
   Authorize(&context);
   v1::PushGradientResponse response;
   std::unique_ptr<grpc::ClientWriter<v1::PushGradientRequest>> writer =
       stub_->PushGradient(&context, &response);
-  ChunkWriter chunks(spec_, delta, chunk_bytes_, header.encoding());
   header.set_client_id(client_id_);
-  header.set_encoding(chunks.encoding());
-  v1::PushGradientRequest message;
-  *message.mutable_header() = std::move(header);
-  bool open = writer->Write(message);
+  v1::PushGradientRequest first;
+  *first.mutable_header() = std::move(header);
+  bool open = writer->Write(first);
   // Wait for the go-ahead (the coordinator's initial metadata, sent once the
   // push is admitted and a receive buffer is free) so that a queued push holds
   // no data in the coordinator's transport buffers; a rejected push ends here
   // without sending its update.
   if (open) writer->WaitForInitialMetadata();
-  while (open && chunks.Next(message.mutable_chunk()))
-    open = writer->Write(message);
+  while (open) {
+    const v1::PushGradientRequest* chunk = next_chunk();
+    if (chunk == nullptr) break;
+    open = writer->Write(*chunk);
+  }
   writer->WritesDone();
   FEDLEARN_RETURN_IF_ERROR(FromGrpcStatus(writer->Finish()));
   return response;

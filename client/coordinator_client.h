@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -58,6 +59,14 @@ class CoordinatorClient {
   absl::StatusOr<v1::PushGradientResponse> PushUpdate(
       v1::UpdateHeader header, absl::Span<const float> delta);
 
+  // Pushes an update already cut into chunk messages (each with its `chunk`
+  // set, as PushUpdate cuts it; `header`'s encoding must match them): for a
+  // caller that sends the same update many times, such as a load generator,
+  // which encodes it once. The messages are sent as they are, not checked.
+  absl::StatusOr<v1::PushGradientResponse> PushEncoded(
+      v1::UpdateHeader header,
+      absl::Span<const v1::PushGradientRequest> chunks);
+
   // Sends a push made of exactly these messages, for tests that need malformed
   // pushes.
   absl::StatusOr<v1::PushGradientResponse> PushMessages(
@@ -78,6 +87,11 @@ class CoordinatorClient {
 
  private:
   void Authorize(grpc::ClientContext* context) const;
+  // Sends `header` (its client id filled in), waits for the go-ahead, then
+  // the messages `next_chunk` returns until it returns nullptr.
+  absl::StatusOr<v1::PushGradientResponse> Push(
+      v1::UpdateHeader header,
+      absl::FunctionRef<const v1::PushGradientRequest*()> next_chunk);
   // Sets the unary calls' deadline (call_timeout_ from now).
   void SetCallDeadline(grpc::ClientContext* context) const;
 
