@@ -74,20 +74,47 @@ class CoordinatorServiceTest : public ::testing::Test {
   // Round 1 for three clients: client i pushes deltas[i] * (j % 5 - 2) for
   // parameter j (so that the aggregate differs per parameter), with
   // examples[i] and train loss first_loss + i.
+  // With `encoded_first`, client 0 sends its update cut into chunk messages
+  // beforehand (PushEncoded) instead of PushUpdate.
   void PushPatterned(
       const std::vector<std::unique_ptr<CoordinatorClient>>& clients,
-      const int64_t (&examples)[3], const float (&deltas)[3],
-      double first_loss) {
+      const int64_t (&examples)[3], const float (&deltas)[3], double first_loss,
+      bool encoded_first = false) {
     for (int i = 0; i < 3; ++i) {
       ASSERT_EQ(NextTask(*clients[i]).task.type(), v1::TASK_TYPE_TRAIN);
       std::vector<float> delta(NumParameters());
       for (size_t j = 0; j < delta.size(); ++j) {
         delta[j] = deltas[i] * static_cast<float>(static_cast<int>(j % 5) - 2);
       }
-      ASSERT_TRUE(
-          clients[i]
-              ->PushUpdate(Header(1, examples[i], first_loss + i), delta)
-              .ok());
+      const v1::UpdateHeader header = Header(1, examples[i], first_loss + i);
+      if (encoded_first && i == 0) {
+        std::vector<v1::PushGradientRequest> chunks =
+            Messages(*clients[i], header, delta);
+        chunks.erase(chunks.begin());  // PushEncoded sends the header itself
+        ASSERT_TRUE(clients[i]->PushEncoded(header, chunks).ok());
+      } else {
+        ASSERT_TRUE(clients[i]->PushUpdate(header, delta).ok());
+      }
+    }
+  }
+
+  // The global model after PushPatterned from `before`: the example-weighted
+  // mean of the three updates, computed in double from their float values.
+  void ExpectPatternedMean(const std::vector<float>& before,
+                           const int64_t (&examples)[3],
+                           const float (&deltas)[3]) {
+    const std::vector<float> after = Global();
+    ASSERT_EQ(after.size(), before.size());
+    const double total =
+        static_cast<double>(examples[0] + examples[1] + examples[2]);
+    for (size_t j = 0; j < after.size(); ++j) {
+      const float k = static_cast<float>(static_cast<int>(j % 5) - 2);
+      double sum = 0;
+      for (int i = 0; i < 3; ++i) {
+        sum += static_cast<double>(examples[i]) * double{deltas[i] * k};
+      }
+      ASSERT_EQ(after[j], static_cast<float>(double{before[j]} + sum / total))
+          << j;
     }
   }
 
@@ -235,18 +262,24 @@ TEST_F(CoordinatorServiceTest, FedAvgIsTheExampleWeightedMean) {
   const int64_t examples[3] = {1, 2, 3};
   const float deltas[3] = {0.3f, -0.6f, 0.9f};
   PushPatterned(clients, examples, deltas, /*first_loss=*/1.0);
-  const std::vector<float> after = Global();
-  for (size_t j = 0; j < after.size(); ++j) {
-    const double k = static_cast<int>(j % 5) - 2;
-    // (1*0.3 + 2*(-0.6) + 3*0.9) / 6 = 0.3, computed from the float inputs.
-    const double mean = (1 * double{deltas[0] * static_cast<float>(k)} +
-                         2 * double{deltas[1] * static_cast<float>(k)} +
-                         3 * double{deltas[2] * static_cast<float>(k)}) /
-                        6;
-    ASSERT_EQ(after[j], static_cast<float>(double{before[j]} + mean)) << j;
-  }
+  // (1*0.3 + 2*(-0.6) + 3*0.9) / 6 = 0.3 times k, from the float inputs.
+  ExpectPatternedMean(before, examples, deltas);
   // Train loss is weighted by examples too: (1*1 + 2*2 + 3*3) / 6.
   EXPECT_DOUBLE_EQ(Status().history(0).metrics().train_loss(), 14.0 / 6.0);
+}
+
+TEST_F(CoordinatorServiceTest, AnUpdateEncodedBeforehandCountsLikeAnyOther) {
+  // What a load generator sends: chunk messages cut once, pushed with the
+  // header PushEncoded fills in (client id, go-ahead first).
+  Start(SmallRun());
+  auto clients = JoinAll(3);
+  const std::vector<float> before = Global();
+  const int64_t examples[3] = {1, 2, 3};
+  const float deltas[3] = {0.3f, -0.6f, 0.9f};
+  PushPatterned(clients, examples, deltas, /*first_loss=*/1.0,
+                /*encoded_first=*/true);
+  ExpectPatternedMean(before, examples, deltas);
+  EXPECT_EQ(Status().history(0).responded(), 3);
 }
 
 TEST_F(CoordinatorServiceTest,
