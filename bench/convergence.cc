@@ -390,7 +390,9 @@ absl::Status Run() {
     }
     // Both read under the manager's lock, but separately: the next round
     // cannot close before its agents have trained, which takes seconds.
-    const v1::GetStatusResponse status = controller.GetStatus();
+    // Every record (n may pass the default 100) with its sampled clients.
+    const v1::GetStatusResponse status = controller.GetStatus(
+        ClientPage(), nullptr, kMaxHistory, /*client_ids=*/true);
     Closed c;
     c.seconds = absl::ToDoubleSeconds(absl::Now() - start);
     c.weights = controller.global_weights();

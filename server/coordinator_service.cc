@@ -530,7 +530,8 @@ grpc::ServerUnaryReactor* CoordinatorService::GetStatus(
     v1::GetStatusResponse* response) {
   absl::StatusOr<StatusQuery> query = ParseStatusRequest(*request);
   if (query.ok()) {
-    *response = controller_->GetStatus(query->page, nullptr, query->history);
+    *response = controller_->GetStatus(query->page, nullptr, query->history,
+                                       query->client_ids);
   }
   return FinishUnary(context, query.status());
 }

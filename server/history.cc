@@ -40,6 +40,21 @@ void History::Reject(Rejection reason) {
   Count(reason, &attempt_rejected_);
 }
 
+void History::Record::CopyTo(v1::RoundRecord* out, bool client_ids) const {
+  *out = *summary_;
+  if (client_ids) out->MergeFrom(*ids_);  // adds the two lists, nothing else
+}
+
+void History::Append(v1::RoundRecord record) {
+  auto ids = std::make_shared<v1::RoundRecord>();
+  ids->mutable_selected_clients()->Swap(record.mutable_selected_clients());
+  ids->mutable_accepted_clients()->Swap(record.mutable_accepted_clients());
+  Record kept;
+  kept.summary_ = std::make_shared<const v1::RoundRecord>(std::move(record));
+  kept.ids_ = std::move(ids);
+  records_.push_back(std::move(kept));
+}
+
 std::vector<History::Record> History::Latest(size_t n) const {
   const size_t from = records_.size() - std::min(n, records_.size());
   return {records_.begin() + static_cast<std::ptrdiff_t>(from), records_.end()};

@@ -72,7 +72,7 @@ void HttpServer::Impl::Routes() {
     if (path == "/index.html") server->Get("/", handler);
   }
   // GetStatus as JSON; ?client_page_size=N&client_page_token=T&history_size=H
-  // as in GetStatusRequest.
+  // &client_ids=true as in GetStatusRequest.
   server->Get("/api/status", [this](const httplib::Request& req,
                                     httplib::Response& res) {
     // The query string is a GetStatusRequest, checked as the RPC's is.
@@ -90,6 +90,15 @@ void HttpServer::Impl::Routes() {
     request.set_client_page_size(number("client_page_size"));
     request.set_history_size(number("history_size"));
     request.set_client_page_token(req.get_param_value("client_page_token"));
+    if (req.has_param("client_ids")) {
+      bool ids = false;
+      if (!absl::SimpleAtob(req.get_param_value("client_ids"), &ids)) {
+        bad = absl::InvalidArgumentError(
+            absl::StrCat("client_ids \"", req.get_param_value("client_ids"),
+                         "\" is not true or false"));
+      }
+      request.set_client_ids(ids);
+    }
     absl::StatusOr<StatusQuery> query =
         bad.ok() ? ParseStatusRequest(request) : bad;
     if (!query.ok()) {
@@ -103,8 +112,9 @@ void HttpServer::Impl::Routes() {
     options.preserve_proto_field_names = true;
     std::string json;
     const auto status = google::protobuf::util::MessageToJsonString(
-        controller->GetStatus(query->page, nullptr, query->history), &json,
-        options);
+        controller->GetStatus(query->page, nullptr, query->history,
+                              query->client_ids),
+        &json, options);
     if (!status.ok()) {
       res.status = 500;
       res.set_content(status.ToString(), "text/plain");

@@ -237,7 +237,7 @@ std::function<void()> RunController::SaveLocked() {
   run.optimizer = strategy_.optimizer->State();
   return [this, run = std::move(run), records = std::move(records)]() mutable {
     for (const History::Record& record : records) {
-      *run.state.add_history() = *record;
+      record.CopyTo(run.state.add_history(), /*client_ids=*/true);
     }
     if (absl::Status saved = store_->Save(spec_, run); !saved.ok()) {
       Logf("round %d: the run could not be saved: %s", run.state.round(),

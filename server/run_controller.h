@@ -47,10 +47,12 @@ inline constexpr size_t kMaxHistory = 10000;
 // What a GetStatusRequest asks a status to show: a page of clients (size 0 is
 // 100, above 1000 is 1000; the token one a status gave, next_client_page_token)
 // and the latest `history` records (0 is kDefaultHistory, above kMaxHistory is
-// kMaxHistory). INVALID_ARGUMENT for a negative size or a token no status gave.
+// kMaxHistory), with their client ids or not. INVALID_ARGUMENT for a negative
+// size or a token no status gave.
 struct StatusQuery {
   ClientPage page;
   size_t history = kDefaultHistory;
+  bool client_ids = false;
 };
 absl::StatusOr<StatusQuery> ParseStatusRequest(
     const v1::GetStatusRequest& request);
@@ -168,12 +170,14 @@ class RunController {
 
   // The run as GetStatus reports it, listing the clients of `page` (and
   // counting every one) and the latest `history` records (and counting every
-  // one). With `counters`, also the run's counters of the same moment (one
-  // lock), for /metrics. The lock is held for the page and a pointer per
-  // record; the records are copied after it is released.
+  // one), the records' client ids only when `client_ids` (as
+  // GetStatusRequest.client_ids). With `counters`, also the run's counters of
+  // the same moment (one lock), for /metrics. The lock is held for the page
+  // and a pointer per record; the records are copied after it is released.
   v1::GetStatusResponse GetStatus(const ClientPage& page = ClientPage(),
                                   RunCounters* counters = nullptr,
-                                  size_t history = kDefaultHistory) const;
+                                  size_t history = kDefaultHistory,
+                                  bool client_ids = false) const;
 
   // The current global weights; with `rounds`, also the number of model
   // versions made (rounds folded into them).
@@ -218,7 +222,7 @@ class RunController {
 
   // Everything of a status but its history.
   void StatusLocked(const ClientPage& page, RunCounters* counters,
-                    v1::GetStatusResponse* status) const
+                    bool client_ids, v1::GetStatusResponse* status) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The round being (or to be) trained; once training stopped, the last one.
   int64_t RoundLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -54,29 +54,32 @@ absl::StatusOr<StatusQuery> ParseStatusRequest(
   absl::StatusOr<size_t> history = ParseHistorySize(request.history_size());
   if (!history.ok()) return history.status();
   query.history = *history;
+  query.client_ids = request.client_ids();
   return query;
 }
 
 v1::GetStatusResponse RunController::GetStatus(const ClientPage& page,
                                                RunCounters* counters,
-                                               size_t history) const {
+                                               size_t history,
+                                               bool client_ids) const {
   v1::GetStatusResponse status;
   std::vector<History::Record> records;
   {
     absl::MutexLock lock(&mu_);
     records = history_.Latest(history);
     status.set_history_total(static_cast<int64_t>(history_.size()));
-    StatusLocked(page, counters, &status);
+    StatusLocked(page, counters, client_ids, &status);
   }
   // The records are immutable: copied without the lock.
   status.mutable_history()->Reserve(static_cast<int>(records.size()));
   for (const History::Record& record : records) {
-    *status.add_history() = *record;
+    record.CopyTo(status.add_history(), client_ids);
   }
   return status;
 }
 
 void RunController::StatusLocked(const ClientPage& page, RunCounters* counters,
+                                 bool client_ids,
                                  v1::GetStatusResponse* out) const {
   v1::GetStatusResponse& status = *out;
   status.set_run_id(run_id_);
@@ -107,6 +110,10 @@ void RunController::StatusLocked(const ClientPage& page, RunCounters* counters,
              open.has_value()) {
     *open->mutable_rejected() = history_.attempt_rejections();
     *status.mutable_current_round() = *std::move(open);
+  }
+  if (!client_ids && status.has_current_round()) {
+    status.mutable_current_round()->clear_selected_clients();
+    status.mutable_current_round()->clear_accepted_clients();
   }
   if (final_evaluation_.has_value()) {
     *status.mutable_final_evaluation() = *final_evaluation_;

@@ -22,13 +22,17 @@ from fedlearn.client import TlsConfig, make_channel
 from fedlearn.errors import FedlearnError, from_rpc_error
 
 
-def get_status(address: str, tls: Optional[TlsConfig] = None) -> Any:
-    """The coordinator's ``GetStatusResponse``; raises ``FedlearnError``."""
+def get_status(address: str, tls: Optional[TlsConfig] = None,
+               client_ids: bool = False) -> Any:
+    """The coordinator's ``GetStatusResponse``; raises ``FedlearnError``.
+
+    With ``client_ids``, its records list their selected and accepted clients.
+    """
     grpc, pb2, pb2_grpc = proto.modules()
     channel = make_channel(address, tls)
     try:
-        return pb2_grpc.CoordinatorStub(channel).GetStatus(pb2.GetStatusRequest(),
-                                                           timeout=10)
+        request = pb2.GetStatusRequest(client_ids=client_ids)
+        return pb2_grpc.CoordinatorStub(channel).GetStatus(request, timeout=10)
     except grpc.RpcError as e:
         raise from_rpc_error(e, f"GetStatus from {address}") from None
     finally:

@@ -33,7 +33,7 @@ class PytorchExampleTest(unittest.TestCase):
                                   f"--coordinator={c.address}"],
                                  capture_output=True, text=True, timeout=280)
             self.assertEqual(run.returncode, 0, run.stderr[-2000:])
-            status = get_status(c.address)
+            status = get_status(c.address, client_ids=True)
         self.assertEqual(status.model.name, "fashion_cnn")
         training = [r for r in status.history if not r.evaluation]
         # Every round waited for all four (the example's --tolerance=0), so every

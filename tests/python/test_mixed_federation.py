@@ -134,7 +134,7 @@ class MixedFederationTest(unittest.TestCase):
                 t.join(600)
             self.assertEqual(cpp.wait(timeout=600), 0)
             self.assertEqual(errors, [])
-            return get_status(c.address)
+            return get_status(c.address, client_ids=True)
 
     def test_python_updates_are_folded_and_the_model_learns_as_with_cpp_alone(self):
         mixed = self.run_federation(python=5)

@@ -68,7 +68,11 @@ class CoordinatorServiceTest : public ::testing::Test {
   std::vector<float> Global() {
     return *server_->controller().global_weights();
   }
-  v1::GetStatusResponse Status() { return server_->controller().GetStatus(); }
+  // The run's status with the records' client ids.
+  v1::GetStatusResponse Status() {
+    return server_->controller().GetStatus(
+        ClientPage(), nullptr, kDefaultHistory, /*client_ids=*/true);
+  }
   size_t NumParameters() { return server_->controller().spec().num_parameters; }
 
   // Round 1 for three clients: client i pushes deltas[i] * (j % 5 - 2) for
@@ -236,7 +240,8 @@ std::vector<std::string> SampledNames(const std::vector<std::string>& order) {
     join.set_display_name(name);
     EXPECT_TRUE(clients.back()->Join(join).ok());
   }
-  const v1::GetStatusResponse status = (*server)->controller().GetStatus();
+  const v1::GetStatusResponse status = (*server)->controller().GetStatus(
+      ClientPage(), nullptr, kDefaultHistory, /*client_ids=*/true);
   std::vector<std::string> names;
   for (const std::string& id : status.current_round().selected_clients()) {
     for (const v1::ClientInfo& c : status.clients()) {
@@ -806,6 +811,55 @@ TEST_F(CoordinatorServiceTest, GetStatusCarriesTheLatestHistoryAndCountsIt) {
   grpc::Status bad = get(-1, &reply);
   EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(bad.error_message(), HasSubstr("history_size -1"));
+}
+
+TEST_F(CoordinatorServiceTest, GetStatusListsRecordsClientsOnlyWhenAsked) {
+  CoordinatorOptions o = SmallRun();
+  o.min_clients = 2;
+  o.clients_per_round = 2;
+  o.tolerance = 0;
+  Start(o);
+  auto clients = JoinAll(2);
+  const std::vector<float> zero(NumParameters());
+  ASSERT_EQ(NextTask(*clients[0]).task.type(), v1::TASK_TYPE_TRAIN);
+  ASSERT_EQ(NextTask(*clients[1]).task.type(), v1::TASK_TYPE_TRAIN);
+  ASSERT_TRUE(clients[1]->PushUpdate(Header(1, 10, 1.0), zero).ok());
+  auto stub = v1::Coordinator::NewStub(channel_);
+  auto get = [&](bool client_ids) {
+    grpc::ClientContext context;
+    v1::GetStatusRequest request;
+    request.set_client_ids(client_ids);
+    v1::GetStatusResponse reply;
+    EXPECT_TRUE(stub->GetStatus(&context, request, &reply).ok());
+    return reply;
+  };
+  // The open round: both selected, one answered.
+  v1::GetStatusResponse reply = get(false);
+  ASSERT_TRUE(reply.has_current_round());
+  EXPECT_EQ(reply.current_round().selected(), 2);
+  EXPECT_EQ(reply.current_round().responded(), 1);
+  EXPECT_EQ(reply.current_round().selected_clients_size(), 0);
+  EXPECT_EQ(reply.current_round().accepted_clients_size(), 0);
+  reply = get(true);
+  EXPECT_EQ(reply.current_round().selected_clients_size(), 2);
+  EXPECT_THAT(reply.current_round().accepted_clients(),
+              ::testing::ElementsAre(clients[1]->client_id()));
+
+  ASSERT_TRUE(clients[0]->PushUpdate(Header(1, 10, 1.0), zero).ok());
+  ASSERT_TRUE(server_->controller().AwaitHistory(1, kWait));
+  reply = get(false);
+  ASSERT_GE(reply.history_size(), 1);
+  EXPECT_EQ(reply.history(0).responded(), 2);
+  EXPECT_EQ(reply.history(0).selected_clients_size(), 0);
+  EXPECT_EQ(reply.history(0).accepted_clients_size(), 0);
+  reply = get(true);
+  ASSERT_GE(reply.history_size(), 1);
+  EXPECT_THAT(
+      reply.history(0).accepted_clients(),
+      ::testing::ElementsAre(clients[1]->client_id(), clients[0]->client_id()));
+  EXPECT_THAT(reply.history(0).selected_clients(),
+              ::testing::UnorderedElementsAre(clients[0]->client_id(),
+                                              clients[1]->client_id()));
 }
 
 TEST_F(CoordinatorServiceTest, TokensAreCheckedOnEveryCall) {

@@ -1,6 +1,7 @@
 #include "server/history.h"
 
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -16,9 +17,15 @@ v1::RoundRecord Round(int64_t round) {
   return record;
 }
 
+v1::RoundRecord Copy(const History::Record& record, bool client_ids = true) {
+  v1::RoundRecord copy;
+  record.CopyTo(&copy, client_ids);
+  return copy;
+}
+
 std::vector<int64_t> Rounds(const std::vector<History::Record>& records) {
   std::vector<int64_t> rounds;
-  for (const History::Record& r : records) rounds.push_back(r->round());
+  for (const History::Record& r : records) rounds.push_back(Copy(r).round());
   return rounds;
 }
 
@@ -75,12 +82,43 @@ TEST(HistoryTest, TakenRecordsOutliveLaterAppendsAndRestores) {
   history.Append(Round(1));
   history.Append(Round(2));
   const std::vector<History::Record> taken = history.Latest(2);
-  const v1::RoundRecord* first = taken[0].get();
+  const std::string first = Copy(taken[0]).SerializeAsString();
   for (int64_t r = 3; r <= 1000; ++r) history.Append(Round(r));
   history.Restore({Round(7)}, 0, 0);
-  EXPECT_EQ(taken[0].get(), first);
+  EXPECT_EQ(Copy(taken[0]).SerializeAsString(), first);
   EXPECT_EQ(Rounds(taken), (std::vector<int64_t>{1, 2}));
   EXPECT_EQ(Rounds(history.Latest(10)), (std::vector<int64_t>{7}));
+}
+
+// A status copies a record's client ids only when asked (a round of 1,000
+// clients carries about 25 KB of them); a save always does.
+TEST(HistoryTest, ARecordIsCopiedWithItsClientIdsOnlyWhenAsked) {
+  v1::RoundRecord record = Round(3);
+  record.set_selected(3);
+  record.set_responded(2);
+  record.set_outcome("quorum");
+  for (const char* id : {"c-1", "c-2", "c-3"}) record.add_selected_clients(id);
+  for (const char* id : {"c-3", "c-1"}) record.add_accepted_clients(id);
+  History history;
+  history.Append(record);
+  const std::vector<History::Record> latest = history.Latest(1);
+  ASSERT_EQ(latest.size(), 1u);
+  const History::Record& kept = latest[0];
+
+  const v1::RoundRecord with_ids = Copy(kept, /*client_ids=*/true);
+  EXPECT_EQ(with_ids.SerializeAsString(), record.SerializeAsString());
+
+  const v1::RoundRecord without = Copy(kept, /*client_ids=*/false);
+  EXPECT_EQ(without.selected_clients_size(), 0);
+  EXPECT_EQ(without.accepted_clients_size(), 0);
+  v1::RoundRecord expected = record;
+  expected.clear_selected_clients();
+  expected.clear_accepted_clients();
+  EXPECT_EQ(without.SerializeAsString(), expected.SerializeAsString());
+  // Into a message that held something: replaced, not merged.
+  v1::RoundRecord reused = with_ids;
+  kept.CopyTo(&reused, /*client_ids=*/true);
+  EXPECT_EQ(reused.SerializeAsString(), record.SerializeAsString());
 }
 
 TEST(HistoryTest, RestoreTakesRecordsAndBytesButCountersStartAtZero) {

@@ -207,9 +207,20 @@ TEST_F(HttpServerTest, ApiStatusIsGetStatusAsJson) {
   ASSERT_EQ(parsed.history_size(), 2);
   EXPECT_EQ(parsed.history_total(), 4);  // three rounds and the evaluation
   EXPECT_TRUE(parsed.history(1).evaluation());
+  // The records' client ids only when asked for.
+  EXPECT_EQ(parsed.history(0).selected_clients_size(), 0);
+  page = Get("/api/status?history_size=2&client_ids=true");
+  ASSERT_TRUE(page);
+  ASSERT_EQ(page->status, 200);
+  ASSERT_TRUE(
+      google::protobuf::util::JsonStringToMessage(page->body, &parsed).ok());
+  EXPECT_EQ(parsed.history(0).selected_clients_size(),
+            parsed.history(0).selected());
+  EXPECT_GT(parsed.history(0).selected(), 0);
   for (const char* bad :
        {"/api/status?client_page_size=x", "/api/status?client_page_token=nope",
-        "/api/status?history_size=-3", "/api/status?history_size=many"}) {
+        "/api/status?history_size=-3", "/api/status?history_size=many",
+        "/api/status?client_ids=maybe"}) {
     page = Get(bad);
     ASSERT_TRUE(page);
     EXPECT_EQ(page->status, 400) << bad;
@@ -221,6 +232,9 @@ TEST_F(HttpServerTest, ApiStatusIsGetStatusAsJson) {
   page = Get("/api/status?history_size=-3");
   ASSERT_TRUE(page);
   EXPECT_EQ(page->body, "history_size -3 is negative\n");
+  page = Get("/api/status?client_ids=maybe");
+  ASSERT_TRUE(page);
+  EXPECT_EQ(page->body, "client_ids \"maybe\" is not true or false\n");
 }
 
 TEST_F(HttpServerTest, OpenRoundIsReportedWhileItRuns) {

@@ -340,7 +340,10 @@ std::vector<std::vector<std::string>> SampledRounds(CoordinatorServer& server,
   for (int64_t round = first; round <= last; ++round) {
     EXPECT_TRUE(server.controller().AwaitPhase(v1::PHASE_TRAINING, kWait));
     const v1::RoundRecord open =
-        server.controller().GetStatus().current_round();
+        server.controller()
+            .GetStatus(ClientPage(), nullptr, kDefaultHistory,
+                       /*client_ids=*/true)
+            .current_round();
     EXPECT_EQ(open.round(), round);
     std::vector<std::string> names;
     for (const std::string& id : open.selected_clients()) {
