@@ -103,6 +103,14 @@ absl::StatusOr<Acceptance> SyncScheduler::Accept(
         absl::StrCat("client ", ticket.client_id, ": round ", ticket.round,
                      " closed before the update arrived"));
   }
+  // A client that re-joined under a new id while this push was under way
+  // has its place in the round under that id now: one place, one update.
+  if (!cohort_->IsSelected(ticket.client_id)) {
+    *why = Rejection::kNotSelected;
+    return absl::FailedPreconditionError(absl::StrCat(
+        "client ", ticket.client_id, ": no longer selected for round ",
+        ticket.round, " (it re-joined under a new id)"));
+  }
   if (cohort_->HasAnswered(ticket.client_id)) {
     *why = Rejection::kDuplicate;
     return absl::AlreadyExistsError(

@@ -110,6 +110,28 @@ TEST(SyncSchedulerTest, TwoConcurrentPushesOfOneClientCountOnce) {
   EXPECT_EQ(lost.status().code(), absl::StatusCode::kAlreadyExists);
 }
 
+// A client that re-joins saying who it was takes its own place in the round;
+// a push its old identity had under way no longer counts, so one place never
+// yields two updates (a vote each for a robust rule, two shares of the DP
+// sensitivity).
+TEST(SyncSchedulerTest, APushOfAReplacedIdentityIsNotCounted) {
+  SyncScheduler s(TenOfTen());
+  s.Open(Ids(3), nullptr, nullptr, 0, t0);
+  Rejection why;
+  auto old_push = s.Admit(Header("client-2", 1), Handle(), 0, &why);
+  ASSERT_TRUE(old_push.ok());
+  ASSERT_TRUE(s.Replace("client-2", "client-2b").has_value());
+  auto late = s.Accept(*old_push, Header("client-2", 1), 10, 0, t0, &why);
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(why, Rejection::kNotSelected);
+  EXPECT_THAT(late.status().message(), HasSubstr("client-2: "));
+  auto successor = s.Admit(Header("client-2b", 1), Handle(), 0, &why);
+  ASSERT_TRUE(successor.ok());
+  auto counted = s.Accept(*successor, Header("client-2b", 1), 10, 0, t0, &why);
+  ASSERT_TRUE(counted.ok());
+  EXPECT_EQ(counted->accepted, 1);
+}
+
 TEST(SyncSchedulerTest, ClosesAtQuorumWeighingUpdatesByExamples) {
   SyncScheduler s(TenOfTen());
   s.Open(Ids(10), nullptr, nullptr, 0, t0);
