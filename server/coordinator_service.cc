@@ -184,7 +184,11 @@ class CoordinatorService::TaskWriter final
 // outstanding completes with ok = false, and only then is the buffer given
 // back. mu_ orders Preempt against the reactor's own callbacks; a buffer is
 // given back only after mu_ is released (Release may hand it to another
-// reactor, whose lock is then taken: never two reactors' locks at once).
+// reactor, whose lock is then taken: never two reactors' locks at once). The
+// watchdog decides to preempt under the pool's lock and calls Preempt after
+// releasing it, when the push may have finished on its own: Preempt runs
+// under the reactor's PreemptGuard, which OnDone closes (waiting for a
+// Preempt under way) before the reactor is deleted.
 class CoordinatorService::UpdateReader final
     : public grpc::ServerReadReactor<v1::PushGradientRequest> {
  public:
@@ -232,10 +236,20 @@ class CoordinatorService::UpdateReader final
   void OnDone() override {
     HappensAfter(this);
     Locked([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { ReleaseLocked(); });
+    {
+      absl::MutexLock lock(&guard_->mu);
+      guard_->alive = false;
+    }
     delete this;
   }
 
  private:
+  // Outlives the reactor in the preempt callback the pool holds.
+  struct PreemptGuard {
+    absl::Mutex mu;
+    bool alive ABSL_GUARDED_BY(mu) = true;
+  };
+
   // Runs `body` under mu_, then gives back the staging buffer it released, if
   // any, with mu_ released (and without touching `this`, which another thread
   // may delete as soon as mu_ is free).
@@ -282,7 +296,11 @@ class CoordinatorService::UpdateReader final
             OnBufferLocked(std::move(buffer));
           });
         },
-        [this](const std::string& reason) { Preempt(reason); }, absl::Now());
+        [this, guard = guard_](const std::string& reason) {
+          absl::MutexLock lock(&guard->mu);
+          if (guard->alive) Preempt(reason);
+        },
+        absl::Now());
     lease_ = lease.id;
     // Else the buffer comes later, from the thread that frees one.
     if (lease.buffer != nullptr) OnBufferLocked(std::move(lease.buffer));
@@ -395,6 +413,7 @@ class CoordinatorService::UpdateReader final
   std::optional<Ticket> ticket_;  // once the header is admitted
   std::atomic<uint64_t> lease_{0};
   std::atomic<bool> closed_by_round_{false};
+  const std::shared_ptr<PreemptGuard> guard_ = std::make_shared<PreemptGuard>();
   StagingPool::Buffer buffer_ ABSL_GUARDED_BY(mu_);
   StagingPool::Buffer returning_ ABSL_GUARDED_BY(mu_);  // see Locked
   std::optional<ChunkAssembler> assembler_ ABSL_GUARDED_BY(mu_);
