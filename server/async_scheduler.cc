@@ -58,7 +58,9 @@ absl::StatusOr<Ticket> AsyncScheduler::Admit(
   const std::string& id = header.client_id();
   const ClientRounds rounds =
       clients_.contains(id) ? clients_.at(id) : ClientRounds{};
-  if (rounds.pushed != 0 && header.round() == rounds.pushed) {
+  // Its update for this round is in and it has no newer task: a repeat.
+  if (rounds.task == 0 && rounds.pushed != 0 &&
+      header.round() == rounds.pushed) {
     *why = Rejection::kDuplicate;
     return absl::AlreadyExistsError(
         absl::StrCat("client ", id, ": update for round ", header.round(),
@@ -81,18 +83,19 @@ absl::StatusOr<Ticket> AsyncScheduler::Admit(
                                   }),
                    in_flight_.end());
   in_flight_.push_back(cancel);
-  return Ticket{id, header.round(), 0, std::move(cancel)};
+  return Ticket{id, header.round(), rounds.sent, std::move(cancel)};
 }
 
 absl::StatusOr<Acceptance> AsyncScheduler::Accept(
     const Ticket& ticket, const v1::UpdateHeader& header, int64_t bytes,
     int64_t version, absl::Time /*now*/, Rejection* why) {
   ClientRounds& rounds = clients_[ticket.client_id];
-  if (!open_ || rounds.task != ticket.round) {
+  if (!open_ || rounds.task != ticket.round || rounds.sent != ticket.step) {
     // Training stopped, or the client took a newer task (or a concurrent push
-    // of the same update was accepted) while this one uploaded.
-    *why = rounds.pushed == ticket.round ? Rejection::kDuplicate
-                                         : Rejection::kStaleRound;
+    // for the same task was accepted) while this one uploaded.
+    *why = rounds.pushed == ticket.round && rounds.sent == ticket.step
+               ? Rejection::kDuplicate
+               : Rejection::kStaleRound;
     if (*why == Rejection::kDuplicate) {
       return absl::AlreadyExistsError(
           absl::StrCat("client ", ticket.client_id, ": update for round ",
@@ -171,7 +174,9 @@ Closing AsyncScheduler::Close(absl::string_view outcome, int64_t version,
 void AsyncScheduler::NoteSent(const std::string& client_id, const Task& task,
                               int64_t bytes) {
   if (task.type != v1::TASK_TYPE_TRAIN) return;
-  clients_[client_id].task = task.round;
+  ClientRounds& rounds = clients_[client_id];
+  rounds.task = task.round;
+  ++rounds.sent;
   bytes_sent_ += bytes;
 }
 

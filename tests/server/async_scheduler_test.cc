@@ -112,6 +112,40 @@ TEST(AsyncSchedulerTest, ABufferOfKMakesAVersionEveryKUpdates) {
   EXPECT_THAT(c.loss, Optional(2.0));  // window: 3 alive clients
 }
 
+// With a buffer of K, a client whose update is in polls again before the
+// version moves and is sent the same round's TRAIN: its next update counts
+// too (else two clients and K = 5 would never make a version), while a second
+// push for one task still counts once, even if the client took a newer task
+// meanwhile.
+TEST(AsyncSchedulerTest, AClientMayFillSeveralPlacesOfABufferOneTaskEach) {
+  AsyncScheduler s(Buffered(3));
+  Opening o = s.Open({}, nullptr, nullptr, 0, t0);
+  Rejection why;
+  Send(s, o, "a");
+  auto first = s.Admit(Header("a", 1), Handle(), 0, &why);
+  auto twin = s.Admit(Header("a", 1), Handle(), 0, &why);  // same task
+  ASSERT_TRUE(first.ok() && twin.ok());
+  ASSERT_TRUE(s.Accept(*first, Header("a", 1), 10, 0, t0, &why).ok());
+  // Before the second task is sent, a push for round 1 is a repeat.
+  auto repeat = s.Admit(Header("a", 1), Handle(), 0, &why);
+  EXPECT_EQ(repeat.status().code(), absl::StatusCode::kAlreadyExists);
+  Send(s, o, "a");  // the same round's TRAIN again
+  auto twin_late = s.Accept(*twin, Header("a", 1), 10, 0, t0, &why);
+  EXPECT_EQ(twin_late.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(why, Rejection::kStaleRound);
+  auto second = s.Admit(Header("a", 1), Handle(), 0, &why);
+  ASSERT_TRUE(second.ok());
+  auto counted = s.Accept(*second, Header("a", 1), 10, 0, t0, &why);
+  ASSERT_TRUE(counted.ok());
+  EXPECT_EQ(counted->accepted, 2);
+  Send(s, o, "b");
+  auto b = s.Admit(Header("b", 1), Handle(), 0, &why);
+  ASSERT_TRUE(b.ok());
+  auto third = s.Accept(*b, Header("b", 1), 10, 0, t0, &why);
+  ASSERT_TRUE(third.ok());
+  EXPECT_EQ(third->outcome, "async");
+}
+
 TEST(AsyncSchedulerTest, RejectsRepeatedForeignAndTooStaleUpdates) {
   AsyncScheduler::Options options = Buffered(1);
   options.max_staleness = 2;
