@@ -51,12 +51,14 @@ absl::StatusOr<absl::string_view> EvaluationPhase::Report(
     return absl::AlreadyExistsError(
         absl::StrCat("client ", id, ": evaluation already reported"));
   }
-  if (request.num_examples() <= 0 || !std::isfinite(request.test_loss()) ||
+  if (request.num_examples() <= 0 ||
+      request.num_examples() > kMaxExamplesPerAnswer ||
+      !std::isfinite(request.test_loss()) ||
       !(request.test_accuracy() >= 0 && request.test_accuracy() <= 1)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "client ", id,
-        ": report needs num_examples > 0, a finite loss and accuracy in [0, "
-        "1]"));
+        ": report needs num_examples in [1, 2^40], a finite loss and "
+        "accuracy in [0, 1]"));
   }
   AnswerMetrics answer;
   answer.num_examples = request.num_examples();

@@ -60,15 +60,18 @@ absl::Status CheckUpdateHeader(const v1::UpdateHeader& header) {
                           std::isfinite(header.validation_loss()) &&
                           fraction(header.train_accuracy()) &&
                           fraction(header.validation_accuracy());
-  if (header.num_examples() <= 0 || header.num_validation_examples() < 0 ||
-      !metrics_ok ||
+  if (header.num_examples() <= 0 ||
+      header.num_examples() > kMaxExamplesPerAnswer ||
+      header.num_validation_examples() < 0 ||
+      header.num_validation_examples() > kMaxExamplesPerAnswer || !metrics_ok ||
       (header.encoding() != v1::ENCODING_DENSE &&
        header.encoding() != v1::ENCODING_UNSPECIFIED &&
        header.encoding() != v1::ENCODING_QUANTIZED)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "client ", header.client_id(),
-        ": header needs num_examples > 0, finite losses, accuracies in [0, 1] "
-        "and a dense or quantized encoding"));
+        ": header needs num_examples in [1, 2^40] (validation: [0, 2^40]), "
+        "finite losses, accuracies in [0, 1] and a dense or quantized "
+        "encoding"));
   }
   return absl::OkStatus();
 }

@@ -8,6 +8,12 @@
 
 namespace fedlearn {
 
+// The most examples (and validation examples) one answer may claim: about a
+// trillion, far beyond any client's data set, and small enough that the
+// int64 sums of a step's answers cannot overflow (2^63 / 2^40 = 8 million
+// answers). Claims beyond it are INVALID_ARGUMENT.
+inline constexpr int64_t kMaxExamplesPerAnswer = int64_t{1} << 40;
+
 // What one answer (an accepted update, an evaluation report) says about its
 // client's data.
 struct AnswerMetrics {

@@ -468,6 +468,12 @@ TEST_F(CoordinatorServiceTest, RejectedUpdatesLeaveTheModelBitIdentical) {
        }},
       {"zero examples", absl::StatusCode::kInvalidArgument,
        [&] { return a.PushUpdate(Header(1, 0, 1.0), good).status(); }},
+      // Two such claims would overflow the round's int64 example count.
+      {"more examples than any data set", absl::StatusCode::kInvalidArgument,
+       [&] {
+         return a.PushUpdate(Header(1, (int64_t{1} << 40) + 1, 1.0), good)
+             .status();
+       }},
       {"NaN loss", absl::StatusCode::kInvalidArgument,
        [&] { return a.PushUpdate(Header(1, 10, nan), good).status(); }},
       {"dense chunks under a quantized header",
@@ -552,7 +558,7 @@ TEST_F(CoordinatorServiceTest, RejectedUpdatesLeaveTheModelBitIdentical) {
   EXPECT_EQ(r.stale_round(), 1);
   EXPECT_EQ(r.not_selected(), 1);
   EXPECT_EQ(r.duplicate(), 1);
-  EXPECT_EQ(r.invalid(), 12);
+  EXPECT_EQ(r.invalid(), 13);
   EXPECT_EQ(r.incomplete(), 1);
 }
 
@@ -686,6 +692,12 @@ TEST_F(CoordinatorServiceTest, EvaluationIsWeightedByTestSizeWithTolerance) {
     bad.set_num_examples(10);
     EXPECT_EQ(clients[i]->ReportEval(bad).code(),
               absl::StatusCode::kInvalidArgument);
+    v1::ReportEvalRequest too_many = bad;
+    too_many.set_test_accuracy(0.5);
+    too_many.set_num_examples((int64_t{1} << 40) + 1);
+    const absl::Status refused = clients[i]->ReportEval(too_many);
+    EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(refused.message(), HasSubstr("num_examples in [1, 2^40]"));
     v1::ReportEvalRequest wrong_round = bad;
     wrong_round.set_round(7);
     wrong_round.set_test_accuracy(0.5);
