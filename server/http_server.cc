@@ -24,6 +24,7 @@ namespace {
 
 constexpr int kHistogramBins = 32;
 constexpr int kHandlerThreads = 4;
+constexpr size_t kMaxRequestBody = 4096;  // bytes; see Start
 constexpr char kJson[] = "application/json";
 
 }  // namespace
@@ -218,6 +219,10 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
   // worker to the pool between polls, so a few open tabs cannot queue a
   // Prometheus scrape behind them, and Stop() does not wait out idle ones.
   impl->server->set_keep_alive_timeout(1);
+  // Every route is a GET: a request body has no use here, and httplib would
+  // otherwise read one of any size into memory before routing (413 beyond
+  // this). A request's line and headers have their own limit in httplib.
+  impl->server->set_payload_max_length(kMaxRequestBody);
   impl->Routes();
   impl->port = port == 0 ? impl->server->bind_to_any_port(host)
                          : (impl->server->bind_to_port(host, port) ? port : -1);

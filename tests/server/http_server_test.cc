@@ -432,6 +432,22 @@ TEST_F(HttpServerTest, SnapshotsAreNeverTorn) {
   EXPECT_GT(checked.load(), 10);
 }
 
+// A body is refused before it is read whole (every route is a GET): a client
+// cannot make the coordinator hold a request of any size.
+TEST_F(HttpServerTest, ALargeRequestBodyIsRefusedAndServingGoesOn) {
+  Start(SmallRun());
+  httplib::Client http("127.0.0.1", http_->port());
+  http.set_read_timeout(10);
+  const std::string body(64 << 20, 'x');
+  httplib::Result posted =
+      http.Post("/api/status", body, "application/octet-stream");
+  ASSERT_TRUE(posted) << httplib::to_string(posted.error());
+  EXPECT_EQ(posted->status, 413);
+  auto status = Get("/api/status");
+  ASSERT_TRUE(status);
+  EXPECT_EQ(status->status, 200);
+}
+
 TEST_F(HttpServerTest, BusyPortIsAClearError) {
   Start(SmallRun());
   auto second =
