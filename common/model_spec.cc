@@ -72,7 +72,16 @@ absl::StatusOr<ModelSpec> MakeModelSpec(std::string name,
         return absl::InvalidArgumentError(absl::StrCat(
             "model ", spec.name, ": tensor ", decl.name, " has dimension ", d));
       }
+      if (d > kMaxModelParameters / n) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("model ", spec.name, ": tensor ", decl.name,
+                         " has more than 2^36 values"));
+      }
       n *= d;
+    }
+    if (n > kMaxModelParameters - spec.num_parameters) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "model ", spec.name, ": more than 2^36 parameters in all"));
     }
     TensorSpec t;
     t.name = std::move(decl.name);

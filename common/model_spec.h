@@ -40,9 +40,15 @@ struct ModelSpec {
   int64_t num_parameters = 0;
 };
 
+// The most parameters a model may have: 2^36 (256 GiB of float32), beyond
+// any machine this runs on, and small enough that every size and byte offset
+// derived from a spec (values * 4, sums of tensors) fits in an int64. A spec
+// read from a file or the wire cannot make those computations overflow.
+inline constexpr int64_t kMaxModelParameters = int64_t{1} << 36;
+
 // Builds a spec from (name, shape, init) triples, computing sizes and offsets.
-// Fails with INVALID_ARGUMENT on an empty or duplicate name or a non-positive
-// dimension.
+// Fails with INVALID_ARGUMENT on an empty or duplicate name, a non-positive
+// dimension or more than kMaxModelParameters values.
 struct TensorDecl {
   std::string name;
   std::vector<int64_t> shape;

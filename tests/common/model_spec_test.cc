@@ -243,6 +243,26 @@ TEST(MakeModelSpecTest, ZeroDimensionIsInvalid) {
   EXPECT_THAT(spec.status().message(), HasSubstr("flat"));
 }
 
+// A shape read from a file or the wire: its product must not wrap (this one
+// is 2^64 + 4, which an unchecked int64 product turns into 4).
+TEST(MakeModelSpecTest, SizesThatWouldOverflowAreInvalid) {
+  absl::StatusOr<ModelSpec> wraps = MakeModelSpec(
+      "m", {{"huge", {4, 5, 5581, 8681, 49477, 384773}, Init::kZeros}});
+  EXPECT_EQ(wraps.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(wraps.status().message(),
+              HasSubstr("tensor huge has more than 2^36 values"));
+  const int64_t half = (int64_t{1} << 35) + 1;
+  absl::StatusOr<ModelSpec> sum = MakeModelSpec(
+      "m", {{"a", {half}, Init::kZeros}, {"b", {half}, Init::kZeros}});
+  EXPECT_EQ(sum.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(sum.status().message(), HasSubstr("more than 2^36 parameters"));
+  // The bound itself is a valid (if large) spec: nothing is allocated.
+  absl::StatusOr<ModelSpec> largest = MakeModelSpec(
+      "m", {{"a", {int64_t{1} << 18, int64_t{1} << 18}, Init::kZeros}});
+  ASSERT_TRUE(largest.ok()) << largest.status();
+  EXPECT_EQ(largest->num_parameters, kMaxModelParameters);
+}
+
 TEST(MakeModelSpecTest, NegativeDimensionIsInvalid) {
   absl::StatusOr<ModelSpec> spec =
       MakeModelSpec("m", {{"neg", {-1, 3}, Init::kZeros}});

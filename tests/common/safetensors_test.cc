@@ -576,6 +576,15 @@ TEST_F(SafetensorsModelTest, MalformedFilesAreClearErrors) {
        absl::StatusCode::kInvalidArgument, "dimension 0"},
       {"no tensor", R"({"__metadata__":{"model":"x"}})", "",
        absl::StatusCode::kInvalidArgument, "holds no tensor"},
+      // Each dimension under the reader's 2^40, the product 2^62 + 1: it
+      // would have asked for a vector of that many floats.
+      {"more values than any model",
+       "{" +
+           absl::StrReplaceAll(
+               w, {{"[2,3]", "[5,5581,8681,49477,384773]"}, {"24]", "4]"}}) +
+           "}",
+       data.substr(0, 4), absl::StatusCode::kInvalidArgument,
+       "more than 2^36 values"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<SafetensorsModel> model = ReadModel(c.header, c.data);
