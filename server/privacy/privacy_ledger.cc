@@ -19,16 +19,20 @@ std::optional<double> PrivacyLedger::Restore(const v1::CoordinatorState& state,
       last = &record;
     }
   }
-  if (!enabled() || last == nullptr) return std::nullopt;
+  if (!enabled()) return std::nullopt;
   unrecorded_rounds_ = state.dp_unrecorded_rounds() + (mid_training ? 1 : 0);
+  // An unrecorded round's sampling rate was decided when it opened, after the
+  // last save, and is lost: it is charged at q = 1, the most a round can
+  // cost (no amplification by sampling), so epsilon is never under-stated.
   for (int i = 0; i < unrecorded_rounds_; ++i) {
-    accountant_.Charge(last->dp_sampling_rate(), last->dp_noise_multiplier());
+    accountant_.Charge(1.0, dp_.noise_multiplier);
   }
+  if (accountant_.rounds() == 0) return std::nullopt;
   *log = absl::StrFormat(
-      "epsilon %.4g after %d rounds, %d of them charged for a release a crash "
-      "may have left unrecorded",
+      "epsilon %.4g after %d rounds, %d of them charged at q = 1 for a "
+      "release a crash may have left unrecorded",
       accountant_.epsilon(), accountant_.rounds(), unrecorded_rounds_);
-  if (!dp_.adaptive()) return std::nullopt;
+  if (!dp_.adaptive() || last == nullptr) return std::nullopt;
   return last->dp_next_clip_norm();
 }
 

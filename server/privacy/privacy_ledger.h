@@ -27,9 +27,10 @@ class PrivacyLedger {
 
   // A saved run resumed: charges its records' rounds again, plus, when it was
   // still training (`mid_training`), one round a crash may have released
-  // without a record (its model goes out before its save). Returns the clip
-  // norm an adaptive run had reached (nullopt otherwise) and, in `*log`, what
-  // was restored.
+  // without a record (its model goes out before its save), at q = 1 with the
+  // run's z, as are those of earlier restarts. Returns the clip norm an
+  // adaptive run had reached (nullopt otherwise) and, in `*log`, what was
+  // restored (empty when nothing was charged).
   std::optional<double> Restore(const v1::CoordinatorState& state,
                                 bool mid_training, std::string* log);
 

@@ -70,10 +70,13 @@ TEST(PrivacyLedgerTest, ARestoreMidTrainingChargesOneUnrecordedRound) {
   PrivacyLedger adaptive(Dp(1.0, 0.5), 1e-5, 0);
   std::string log;
   EXPECT_EQ(adaptive.Restore(state, /*mid_training=*/true, &log), 3.0);
+  // The two recorded rounds at their q; the earlier restart's and this one's
+  // at q = 1: the unrecorded round's q is lost, and 1 is the most it can be.
   PrivacyAccountant expected(1e-5, 0);
-  for (int r = 0; r < 4; ++r) expected.Charge(0.5, 1.0);  // 2 + 1 + 1
+  for (int r = 0; r < 2; ++r) expected.Charge(0.5, 1.0);
+  for (int r = 0; r < 2; ++r) expected.Charge(1.0, 1.0);
   EXPECT_DOUBLE_EQ(adaptive.epsilon(), expected.epsilon());
-  EXPECT_THAT(log, HasSubstr("2 of them charged"));
+  EXPECT_THAT(log, HasSubstr("2 of them charged at q = 1"));
   v1::CoordinatorState saved;
   adaptive.Save(&saved);
   EXPECT_EQ(saved.dp_unrecorded_rounds(), 2);
@@ -82,6 +85,26 @@ TEST(PrivacyLedgerTest, ARestoreMidTrainingChargesOneUnrecordedRound) {
   EXPECT_EQ(fixed.Restore(state, /*mid_training=*/false, &log), std::nullopt);
   fixed.Save(&saved);
   EXPECT_EQ(saved.dp_unrecorded_rounds(), 1);
+}
+
+// A crash before the first round's save: its model may have gone out with
+// the next round's tasks, so a resumed run charges it although nothing is
+// recorded, and at q = 1 whatever the sample was.
+TEST(PrivacyLedgerTest, ARestoreBeforeAnyRecordStillChargesTheUnrecordedRound) {
+  v1::CoordinatorState state;
+  state.add_history()->set_outcome("abandoned");  // charged nothing
+  PrivacyLedger ledger(Dp(1.5), 1e-5, 0);
+  std::string log;
+  EXPECT_EQ(ledger.Restore(state, /*mid_training=*/true, &log), std::nullopt);
+  PrivacyAccountant expected(1e-5, 0);
+  expected.Charge(1.0, 1.5);
+  EXPECT_GT(ledger.epsilon(), 0);
+  EXPECT_DOUBLE_EQ(ledger.epsilon(), expected.epsilon());
+  EXPECT_THAT(log, HasSubstr("after 1 rounds, 1 of them"));
+  // A run that had finished training releases nothing more.
+  PrivacyLedger done(Dp(1.5), 1e-5, 0);
+  EXPECT_EQ(done.Restore(state, /*mid_training=*/false, &log), std::nullopt);
+  EXPECT_EQ(done.epsilon(), 0);
 }
 
 }  // namespace
