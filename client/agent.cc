@@ -187,6 +187,10 @@ class HeartbeatLoop {
 
 // How long a wait that cannot be woken (AwaitCoordinator's) may delay Stop().
 constexpr absl::Duration kStopLatency = absl::Milliseconds(100);
+// How long past its round's deadline a push may go unanswered: the
+// coordinator ends it at the round's close, so this is for a coordinator that
+// stopped answering (a frozen process, a host gone without a reset).
+constexpr absl::Duration kPushGrace = absl::Seconds(30);
 
 // The answers to a push or report that only mean the round has moved on
 // without it: not counted, nothing to fix.
@@ -532,6 +536,11 @@ absl::Status Agent::Train(CoordinatorClient::ReceivedTask received) {
   const float* weights = update.weights.data();
   for (size_t i = 0; i < update.delta.size(); ++i) delta[i] -= weights[i];
   update.round = round;
+  update.push_deadline = task.deadline_ms() > 0
+                             ? received.header_received +
+                                   absl::Milliseconds(task.deadline_ms()) +
+                                   kPushGrace
+                             : absl::InfiniteFuture();
   update.metrics = *metrics;
   update.header.Clear();
   update.header.set_round(round);
@@ -551,7 +560,7 @@ absl::Status Agent::Train(CoordinatorClient::ReceivedTask received) {
 absl::Status Agent::Push() {
   Update& update = update_;
   absl::StatusOr<v1::PushGradientResponse> pushed =
-      client_.PushUpdate(update.header, update.delta);
+      client_.PushUpdate(update.header, update.delta, update.push_deadline);
   if (pushed.ok()) {
     NoteContact(Op::kPush);
     ForgetUpdate();

@@ -162,6 +162,11 @@ class Agent {
     TrainMetrics metrics;
     absl::Duration train_time;
     int epochs = 1;  // local epochs of the plan: each saw every example
+    // When its push gives up unanswered: the round's deadline as the task
+    // gave it plus kPushGrace (the coordinator cuts off a push whose round
+    // closed, so only a coordinator that stopped answering gets there);
+    // never when the task had no deadline (async mode).
+    absl::Time push_deadline = absl::InfiniteFuture();
     bool pending = false;
   };
 

@@ -122,7 +122,8 @@ absl::StatusOr<v1::PushGradientResponse> CoordinatorClient::PushMessages(
 }
 
 absl::StatusOr<v1::PushGradientResponse> CoordinatorClient::PushUpdate(
-    v1::UpdateHeader header, absl::Span<const float> delta) {
+    v1::UpdateHeader header, absl::Span<const float> delta,
+    absl::Time deadline) {
   if (delta.size() != static_cast<size_t>(spec_.num_parameters)) {
     return absl::InvalidArgumentError(absl::StrCat("update has ", delta.size(),
                                                    " values, model has ",
@@ -132,23 +133,29 @@ absl::StatusOr<v1::PushGradientResponse> CoordinatorClient::PushUpdate(
   header.set_encoding(chunks.encoding());
   // One message, refilled chunk by chunk: the update is encoded as it goes.
   v1::PushGradientRequest message;
-  return Push(std::move(header), [&]() -> const v1::PushGradientRequest* {
-    return chunks.Next(message.mutable_chunk()) ? &message : nullptr;
-  });
+  return Push(
+      std::move(header), deadline, [&]() -> const v1::PushGradientRequest* {
+        return chunks.Next(message.mutable_chunk()) ? &message : nullptr;
+      });
 }
 
 absl::StatusOr<v1::PushGradientResponse> CoordinatorClient::PushEncoded(
-    v1::UpdateHeader header, absl::Span<const v1::PushGradientRequest> chunks) {
+    v1::UpdateHeader header, absl::Span<const v1::PushGradientRequest> chunks,
+    absl::Time deadline) {
   size_t next = 0;
-  return Push(std::move(header), [&]() -> const v1::PushGradientRequest* {
-    return next < chunks.size() ? &chunks[next++] : nullptr;
-  });
+  return Push(std::move(header), deadline,
+              [&]() -> const v1::PushGradientRequest* {
+                return next < chunks.size() ? &chunks[next++] : nullptr;
+              });
 }
 
 absl::StatusOr<v1::PushGradientResponse> CoordinatorClient::Push(
-    v1::UpdateHeader header,
+    v1::UpdateHeader header, absl::Time deadline,
     absl::FunctionRef<const v1::PushGradientRequest*()> next_chunk) {
   grpc::ClientContext context;
+  if (deadline != absl::InfiniteFuture()) {
+    context.set_deadline(absl::ToChronoTime(deadline));
+  }
   Authorize(&context);
   v1::PushGradientResponse response;
   std::unique_ptr<grpc::ClientWriter<v1::PushGradientRequest>> writer =

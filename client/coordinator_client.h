@@ -31,8 +31,10 @@ class CoordinatorClient {
   // for their answer (DEADLINE_EXCEEDED after it, which callers retry): a
   // coordinator that took the connection but does not answer cannot hold the
   // client forever. A poll waits its max_wait plus two minutes; a push is not
-  // bounded here (it may queue for a receive buffer; the coordinator cuts off
-  // a push whose round closed).
+  // bounded by call_timeout (it may queue for a receive buffer; the
+  // coordinator cuts off a push whose round closed): its caller gives it a
+  // deadline, the round's plus a grace (Agent does), for a coordinator that
+  // stops answering.
   explicit CoordinatorClient(std::shared_ptr<grpc::Channel> channel,
                              size_t chunk_bytes = kDefaultPushChunkBytes,
                              absl::Duration call_timeout = absl::Seconds(30));
@@ -56,16 +58,18 @@ class CoordinatorClient {
   // Pushes `delta` (num_parameters floats) as the update described by `header`,
   // int8-quantized when the header says ENCODING_QUANTIZED and dense otherwise
   // (the header's encoding is set to match); its client_id is filled in.
+  // DEADLINE_EXCEEDED if it has not been answered by `deadline`.
   absl::StatusOr<v1::PushGradientResponse> PushUpdate(
-      v1::UpdateHeader header, absl::Span<const float> delta);
+      v1::UpdateHeader header, absl::Span<const float> delta,
+      absl::Time deadline = absl::InfiniteFuture());
 
   // Pushes an update already cut into chunk messages (each with its `chunk`
   // set, as PushUpdate cuts it; `header`'s encoding must match them): for a
   // caller that sends the same update many times, such as a load generator,
   // which encodes it once. The messages are sent as they are, not checked.
   absl::StatusOr<v1::PushGradientResponse> PushEncoded(
-      v1::UpdateHeader header,
-      absl::Span<const v1::PushGradientRequest> chunks);
+      v1::UpdateHeader header, absl::Span<const v1::PushGradientRequest> chunks,
+      absl::Time deadline = absl::InfiniteFuture());
 
   // Sends a push made of exactly these messages, for tests that need malformed
   // pushes.
@@ -88,9 +92,10 @@ class CoordinatorClient {
  private:
   void Authorize(grpc::ClientContext* context) const;
   // Sends `header` (its client id filled in), waits for the go-ahead, then
-  // the messages `next_chunk` returns until it returns nullptr.
+  // the messages `next_chunk` returns until it returns nullptr; all by
+  // `deadline`.
   absl::StatusOr<v1::PushGradientResponse> Push(
-      v1::UpdateHeader header,
+      v1::UpdateHeader header, absl::Time deadline,
       absl::FunctionRef<const v1::PushGradientRequest*()> next_chunk);
   // Sets the unary calls' deadline (call_timeout_ from now).
   void SetCallDeadline(grpc::ClientContext* context) const;

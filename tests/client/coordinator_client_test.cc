@@ -77,5 +77,26 @@ TEST(CoordinatorClientTest, UnaryCallsToASilentCoordinatorEndAtTheirDeadline) {
   }
 }
 
+// A push waits for the coordinator's go-ahead without a bound of its own (it
+// may queue behind other uploads); the deadline its caller gives ends it.
+TEST(CoordinatorClientTest, APushToASilentCoordinatorEndsAtItsDeadline) {
+  SilentListener silent;
+  ASSERT_NE(silent.port(), 0);
+  CoordinatorClient client(
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", silent.port()),
+                          grpc::InsecureChannelCredentials()));
+  v1::UpdateHeader header;
+  header.set_round(1);
+  header.set_num_examples(10);
+  const absl::Time start = absl::Now();
+  const absl::Status status =
+      client
+          .PushEncoded(header, /*chunks=*/{},
+                       /*deadline=*/start + absl::Milliseconds(300))
+          .status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+}
+
 }  // namespace
 }  // namespace fedlearn
