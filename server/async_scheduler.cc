@@ -76,13 +76,7 @@ absl::StatusOr<Ticket> AsyncScheduler::Admit(
     *why = Rejection::kStaleRound;
     return s;
   }
-  // Pushes that ended (their stream dropped the handle) leave the list.
-  in_flight_.erase(std::remove_if(in_flight_.begin(), in_flight_.end(),
-                                  [](const std::shared_ptr<CancelHandle>& h) {
-                                    return h.use_count() == 1;
-                                  }),
-                   in_flight_.end());
-  in_flight_.push_back(cancel);
+  in_flight_.Track(cancel);
   return Ticket{id, header.round(), rounds.sent, std::move(cancel)};
 }
 
@@ -182,7 +176,7 @@ void AsyncScheduler::NoteSent(const std::string& client_id, const Task& task,
 
 std::vector<std::shared_ptr<CancelHandle>> AsyncScheduler::Stop() {
   open_ = false;
-  return std::exchange(in_flight_, {});
+  return in_flight_.Take();
 }
 
 std::optional<v1::RoundRecord> AsyncScheduler::OpenRecord(

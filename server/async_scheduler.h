@@ -96,7 +96,7 @@ class AsyncScheduler final : public Scheduler {
   bool open_ = false;
   bool started_ = false;
   absl::flat_hash_map<std::string, ClientRounds> clients_;
-  std::vector<std::shared_ptr<CancelHandle>> in_flight_;
+  InFlightPushes in_flight_;
   // The open step (version): its updates so far.
   absl::Time step_start_;
   std::vector<std::string> accepted_;

@@ -52,11 +52,11 @@ absl::string_view Cohort::Outcome() const {
 }
 
 void Cohort::Track(std::shared_ptr<CancelHandle> handle) {
-  in_flight_.push_back(std::move(handle));
+  in_flight_.Track(std::move(handle));
 }
 
 std::vector<std::shared_ptr<CancelHandle>> Cohort::TakeInFlight() {
-  return std::exchange(in_flight_, {});
+  return in_flight_.Take();
 }
 
 v1::RoundRecord Cohort::Record(absl::string_view outcome, absl::Time now,

@@ -83,7 +83,7 @@ class Cohort {
   absl::flat_hash_set<std::string> answered_set_;
   StepMetrics metrics_;
   int64_t bytes_sent_ = 0;
-  std::vector<std::shared_ptr<CancelHandle>> in_flight_;
+  InFlightPushes in_flight_;
 };
 
 }  // namespace fedlearn

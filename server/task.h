@@ -1,6 +1,7 @@
 #ifndef FEDLEARN_SERVER_TASK_H_
 #define FEDLEARN_SERVER_TASK_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -60,6 +61,37 @@ class CancelHandle {
  private:
   absl::Mutex mu_;
   std::function<void()> cancel_ ABSL_GUARDED_BY(mu_);
+};
+
+// The handles of a step's pushes in flight, to cut them off when it closes.
+// A push that ended has dropped its reference (use_count 1); those are let go
+// of whenever the list has doubled since the last look, so a client that
+// opens and abandons pushes all round long costs a list of at most twice the
+// pushes really in flight (plus 16), at O(1) amortised per push. Not
+// thread-safe: the run controller serialises.
+class InFlightPushes {
+ public:
+  void Track(std::shared_ptr<CancelHandle> handle) {
+    if (handles_.size() >= prune_at_) {
+      handles_.erase(std::remove_if(handles_.begin(), handles_.end(),
+                                    [](const std::shared_ptr<CancelHandle>& h) {
+                                      return h.use_count() == 1;
+                                    }),
+                     handles_.end());
+      prune_at_ = std::max<size_t>(kMinPrune, 2 * handles_.size());
+    }
+    handles_.push_back(std::move(handle));
+  }
+  std::vector<std::shared_ptr<CancelHandle>> Take() {
+    prune_at_ = kMinPrune;
+    return std::exchange(handles_, {});
+  }
+  size_t size() const { return handles_.size(); }
+
+ private:
+  static constexpr size_t kMinPrune = 16;
+  std::vector<std::shared_ptr<CancelHandle>> handles_;
+  size_t prune_at_ = kMinPrune;
 };
 
 }  // namespace fedlearn

@@ -1,5 +1,6 @@
 #include "server/sync_scheduler.h"
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -130,6 +131,34 @@ TEST(SyncSchedulerTest, APushOfAReplacedIdentityIsNotCounted) {
   auto counted = s.Accept(*successor, Header("client-2b", 1), 10, 0, t0, &why);
   ASSERT_TRUE(counted.ok());
   EXPECT_EQ(counted->accepted, 1);
+}
+
+// A selected client that opens pushes and abandons them all round long (each
+// admitted again, since it has not answered) must not grow the round's list
+// of pushes to cut off: ended ones are let go of.
+TEST(InFlightPushesTest, EndedPushesAreLetGoOfAndLiveOnesKept) {
+  InFlightPushes pushes;
+  std::vector<std::shared_ptr<CancelHandle>> live;
+  for (int i = 0; i < 3; ++i) {
+    live.push_back(Handle());
+    pushes.Track(live.back());
+  }
+  for (int i = 0; i < 100000; ++i) pushes.Track(Handle());  // ended at once
+  EXPECT_LE(pushes.size(), 2 * live.size() + 16 + 1);
+  int cancelled = 0;
+  for (int i = 0; i < 2; ++i) {
+    auto counted =
+        std::make_shared<CancelHandle>([&cancelled] { ++cancelled; });
+    live.push_back(counted);
+    pushes.Track(counted);
+  }
+  const std::vector<std::shared_ptr<CancelHandle>> taken = pushes.Take();
+  for (const auto& h : live) {
+    EXPECT_NE(std::find(taken.begin(), taken.end(), h), taken.end());
+  }
+  for (const auto& h : taken) h->Cancel();
+  EXPECT_EQ(cancelled, 2);
+  EXPECT_EQ(pushes.size(), 0u);
 }
 
 TEST(SyncSchedulerTest, ClosesAtQuorumWeighingUpdatesByExamples) {
