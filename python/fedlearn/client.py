@@ -228,16 +228,21 @@ class Client:
         return [("authorization", "Bearer " + self.joined.session_token)]
 
     def _mend(self, error: Any, what: str) -> Optional[str]:
-        """What every call does about a failure that waiting or joining again mends:
-        "backed off" while the coordinator is unreachable (UNAVAILABLE,
-        DEADLINE_EXCEEDED), "rejoined" when a restarted one had forgotten this client
-        (NOT_FOUND, UNAUTHENTICATED); None for any other code."""
+        """What every call does about a failure that waiting or joining again mends,
+        as the C++ agent does (common/retry.h): "backed off" while the coordinator is
+        unreachable or the call was cut off on the way (UNAVAILABLE,
+        DEADLINE_EXCEEDED, CANCELLED: a download that stalled for --stall_timeout is
+        cancelled), "rejoined" when a restarted one had forgotten this client or
+        does not take its token (NOT_FOUND, UNAUTHENTICATED, PERMISSION_DENIED);
+        None for any other code."""
         grpc = self._grpc
         code = error.code()
-        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+                    grpc.StatusCode.CANCELLED):
             self._backoff(from_rpc_error(error, what))
             return "backed off"
-        if code in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAUTHENTICATED):
+        if code in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAUTHENTICATED,
+                    grpc.StatusCode.PERMISSION_DENIED):
             self._join()
             return "rejoined"
         return None

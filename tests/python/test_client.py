@@ -288,6 +288,32 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(e.exception.code, C.INVALID_ARGUMENT)
         self.assertIn("PushGradient: scripted INVALID_ARGUMENT", str(e.exception))
 
+    def test_a_poll_cut_off_mid_download_is_made_again(self):
+        # The coordinator cancels a download that moved nothing for --stall_timeout:
+        # the poll is made again after a backoff, as the C++ agent does (retry.h),
+        # not raised out of run().
+        class Failure(grpc.RpcError):
+            def __init__(self, code):
+                self._code = code
+
+            def code(self):
+                return self._code
+
+            def details(self):
+                return f"scripted {self._code.name}"
+
+        client = fedlearn.Client("127.0.0.1:1", lambda w, p: (w, 1, {}),
+                                 max_backoff=0.01)
+        script = [grpc.StatusCode.CANCELLED, grpc.StatusCode.UNAVAILABLE]
+
+        def poll():
+            if script:
+                raise Failure(script.pop(0))
+            return "task"
+
+        results = [client._call(poll, "RequestUpdate") for _ in range(3)]
+        self.assertEqual(results, [None, None, "task"])
+
     def test_wait_is_honoured(self):
         # One client of the two the run needs: each poll is held for the client's
         # poll_wait of 0.1 s, then answered WAIT with retry_after_ms 200, and the
