@@ -49,6 +49,9 @@ class EvaluationPhase {
   // Closes the open attempt with `outcome` ("all", "quorum", "abandoned").
   Closed Close(absl::string_view outcome, absl::Time now);
 
+  // A resumed run had already made `attempts` evaluation attempts.
+  void ResumeAttempts(int attempts) { attempts_ = attempts; }
+
   // As Scheduler::Replace: `successor` evaluates in place of `gone`.
   std::optional<Task> Replace(const std::string& gone,
                               const std::string& successor);

@@ -118,6 +118,18 @@ RunController::RunController(CoordinatorOptions options, ModelSpec spec,
                  : v1::PHASE_WAITING_FOR_CLIENTS;
     history_.Restore({s.history().begin(), s.history().end()}, s.bytes_sent(),
                      s.bytes_received());
+    // Attempts go on being numbered where the records stopped, so that no two
+    // records share a round and an attempt.
+    int training_attempts = 0, evaluation_attempts = 0;
+    for (const v1::RoundRecord& r : s.history()) {
+      if (r.evaluation()) {
+        evaluation_attempts = std::max(evaluation_attempts, r.attempt());
+      } else if (r.round() == version_ + 1) {
+        training_attempts = std::max(training_attempts, r.attempt());
+      }
+    }
+    scheduler_->ResumeAttempts(version_ + 1, training_attempts);
+    evaluation_.ResumeAttempts(evaluation_attempts);
     // The privacy spent is the composition of the released rounds, each
     // record holding what it was charged.
     std::string restored;

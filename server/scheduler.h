@@ -135,6 +135,10 @@ class Scheduler {
   // every client).
   virtual bool IsTraining(const std::string& client_id) const = 0;
   virtual std::vector<std::string> Training() const = 0;
+
+  // A resumed run had already made `attempts` attempts at `round` (its
+  // records say so): the next attempt at it is numbered after them.
+  virtual void ResumeAttempts(int64_t /*round*/, int /*attempts*/) {}
 };
 
 }  // namespace fedlearn

@@ -56,6 +56,10 @@ class SyncScheduler final : public Scheduler {
       const std::function<bool(const std::string&)>& is_gone) const override;
   bool IsTraining(const std::string& client_id) const override;
   std::vector<std::string> Training() const override;
+  void ResumeAttempts(int64_t round, int attempts) override {
+    last_round_ = round;
+    attempt_ = attempts;
+  }
 
  private:
   const Options options_;

@@ -262,6 +262,43 @@ TEST_F(ResumeTest, RestartedCoordinatorGoesOnFromTheLastRound) {
   EXPECT_EQ(server->controller().GetStatus().history_size(), 4);
 }
 
+// Attempts of a round abandoned before a restart keep their numbers: the
+// next attempt after it is numbered after them, so no two records share a
+// round and an attempt.
+TEST_F(ResumeTest, AttemptsAreNumberedOnAcrossARestart) {
+  CoordinatorOptions options = SmallRun();
+  options.state_dir = dir_.path().string();
+  options.round_timeout = absl::Milliseconds(300);
+  auto abandon = [&](int64_t records) {
+    auto server = CoordinatorServer::Start(options, "127.0.0.1:0");
+    EXPECT_TRUE(server.ok()) << server.status();
+    if (!server.ok()) return std::vector<v1::RoundRecord>();
+    auto channel =
+        grpc::CreateChannel(absl::StrCat("127.0.0.1:", (*server)->port()),
+                            grpc::InsecureChannelCredentials());
+    std::vector<std::unique_ptr<CoordinatorClient>> clients;
+    for (int i = 0; i < 3; ++i) {  // joined, selected, never pushing
+      clients.push_back(std::make_unique<CoordinatorClient>(channel));
+      EXPECT_TRUE(clients.back()->Join(v1::JoinRequest()).ok());
+    }
+    EXPECT_TRUE((*server)->controller().AwaitHistory(records, kWait));
+    const v1::GetStatusResponse status = (*server)->controller().GetStatus();
+    return std::vector<v1::RoundRecord>(status.history().begin(),
+                                        status.history().end());
+  };
+  const std::vector<v1::RoundRecord> first = abandon(2);
+  ASSERT_GE(first.size(), 2u);
+  const int before = first.back().attempt();
+  const std::vector<v1::RoundRecord> resumed = abandon(first.size() + 1);
+  ASSERT_GE(resumed.size(), first.size() + 1);
+  for (size_t i = 0; i < resumed.size(); ++i) {
+    EXPECT_EQ(resumed[i].round(), 1);
+    EXPECT_EQ(resumed[i].outcome(), "abandoned");
+    EXPECT_EQ(resumed[i].attempt(), static_cast<int>(i) + 1) << i;
+  }
+  EXPECT_GT(resumed[first.size()].attempt(), before);
+}
+
 TEST_F(ResumeTest, ARunResumesOnlyInItsOwnMode) {
   {
     auto server = Start();
