@@ -98,10 +98,21 @@ tail -n +1 -f "$logs/coordinator.log" --pid="$coordinator" 2>/dev/null |
     '/applied/ && ++n % every != 0 { next } { sub(/^[^ ]* /, ""); print; fflush() }' &
 follower=$!
 
+# Whichever ends first. The client ends after DONE, or when it failed: then the
+# coordinator would wait for agents that never come back, so it is stopped.
 coordinator_status=0
-wait "$coordinator" || coordinator_status=$?
 client_status=0
-wait "$client" || client_status=$?
+finished=""
+first_status=0
+wait -n -p finished "$coordinator" "$client" || first_status=$?
+if [ "$finished" = "$client" ]; then
+  client_status=$first_status
+  [ "$client_status" -eq 0 ] || kill "$coordinator" 2>/dev/null || true
+  wait "$coordinator" || coordinator_status=$?
+else
+  coordinator_status=$first_status
+  wait "$client" || client_status=$?
+fi
 wait "$follower" 2>/dev/null || true
 pids=()
 end=$(date +%s.%N)

@@ -34,11 +34,21 @@ if [ "$(cat "$absl_dir/version" 2>/dev/null)" != "$version" ] || [ ! -s "$librar
   # Release files), with a sources list of its own so the system's stays as it is.
   sources="$absl_dir/apt/sources.list"
   keyring=/usr/share/keyrings/debian-archive-keyring.gpg
-  awk -v keyring="$keyring" '
-    /^URIs:/ { uri = $2 } /^Suites:/ { $1 = ""; suites = $0 }
-    /^Components:/ { $1 = ""; split(suites, s, " ");
-      for (i in s) print "deb-src [signed-by=" keyring "] " uri " " s[i] $0 }
-  ' /etc/apt/sources.list.d/debian.sources > "$sources"
+  # The host's archives, from a deb822 debian.sources (Debian 12's cloud images) or a
+  # one-line sources.list (its installer), whichever it has; else deb.debian.org.
+  {
+    if [ -r /etc/apt/sources.list.d/debian.sources ]; then
+      awk -v keyring="$keyring" '
+        /^URIs:/ { uri = $2 } /^Suites:/ { $1 = ""; suites = $0 }
+        /^Components:/ { $1 = ""; split(suites, s, " ");
+          for (i in s) print "deb-src [signed-by=" keyring "] " uri " " s[i] $0 }
+      ' /etc/apt/sources.list.d/debian.sources
+    fi
+    if [ -r /etc/apt/sources.list ]; then
+      awk -v keyring="$keyring" '$1 == "deb" && $2 !~ /^\[/ {
+        $1 = "deb-src [signed-by=" keyring "]"; print }' /etc/apt/sources.list
+    fi
+  } > "$sources"
   [ -s "$sources" ] || echo "deb-src [signed-by=$keyring] http://deb.debian.org/debian bookworm main" > "$sources"
   apt_options=(-o "Dir::Etc::SourceList=$PWD/$sources" -o Dir::Etc::SourceParts=/dev/null
                -o "Dir::State::Lists=$PWD/$absl_dir/apt/lists" -o APT::Sandbox::User=root)
