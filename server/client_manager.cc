@@ -16,10 +16,13 @@ ClientManager::ClientManager(Options options)
     : options_(options), sampler_(options.seed) {}
 
 absl::StatusOr<const Client*> ClientManager::Register(
-    absl::string_view display_name, absl::Time now) {
-  if (static_cast<int>(clients_.size()) >= options_.max_clients) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "coordinator has its maximum of ", options_.max_clients, " clients"));
+    absl::string_view display_name, absl::Time now, const Client* replacing) {
+  const int alive = CountAlive(now) -
+                    (replacing != nullptr && IsAlive(*replacing, now) ? 1 : 0);
+  if (alive >= options_.max_clients) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("coordinator has its maximum of ", options_.max_clients,
+                     " clients alive (--max_clients)"));
   }
   auto client = std::make_unique<Client>();
   client->index = clients_.size();
@@ -66,15 +69,22 @@ absl::Status ClientManager::Authorize(absl::string_view client_id,
       absl::StrCat("client ", client_id, ": invalid session token"));
 }
 
+const Client* ClientManager::Retirable(absl::string_view previous_id,
+                                       absl::string_view token) const {
+  auto it = by_id_.find(previous_id);
+  if (it == by_id_.end() || token.empty()) return nullptr;
+  const Client& previous = *it->second;
+  if (!previous.replaced_by.empty() || !SecretEquals(token, previous.token)) {
+    return nullptr;
+  }
+  return &previous;
+}
+
 bool ClientManager::Retire(absl::string_view previous_id,
                            absl::string_view token, const Client& successor) {
-  auto it = by_id_.find(previous_id);
-  if (it == by_id_.end() || token.empty()) return false;
-  Client& previous = *it->second;
-  if (&previous == &successor || !previous.replaced_by.empty() ||
-      !SecretEquals(token, previous.token)) {
-    return false;
-  }
+  if (Retirable(previous_id, token) == nullptr) return false;
+  Client& previous = *by_id_.at(previous_id);
+  if (&previous == &successor) return false;
   Unindex(&previous);
   previous.replaced_by = successor.id;
   Index(&previous);

@@ -85,9 +85,18 @@ class ClientManager {
   };
   explicit ClientManager(Options options);
 
-  // Registers a new client seen at `now`. RESOURCE_EXHAUSTED at max_clients.
+  // Registers a new client seen at `now`. RESOURCE_EXHAUSTED when max_clients
+  // are alive already (gone and retired clients do not count, so a long run
+  // with churn is never locked out), unless it is `replacing` an alive one
+  // (Retirable: a restarted agent naming its old identity).
   absl::StatusOr<const Client*> Register(absl::string_view display_name,
-                                         absl::Time now);
+                                         absl::Time now,
+                                         const Client* replacing = nullptr);
+
+  // The client Retire would retire: `previous_id` when `token` is its session
+  // token and it is not retired already; nullptr otherwise.
+  const Client* Retirable(absl::string_view previous_id,
+                          absl::string_view token) const;
 
   // Checks that `token` is `client_id`'s session token and notes the client as
   // seen at `now`. UNAUTHENTICATED for a missing or unknown token, NOT_FOUND

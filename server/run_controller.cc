@@ -339,7 +339,9 @@ absl::StatusOr<v1::JoinResponse> RunController::Join(
     if (absl::Status s = CheckRunningLocked(); !s.ok()) return s;
     const absl::Time now = absl::Now();
     absl::StatusOr<const Client*> client =
-        clients_.Register(request.display_name(), now);
+        clients_.Register(request.display_name(), now,
+                          clients_.Retirable(request.previous_client_id(),
+                                             request.previous_session_token()));
     if (!client.ok()) return client.status();
     response.set_client_id((*client)->id);
     response.set_session_token((*client)->token);

@@ -39,8 +39,35 @@ TEST(ClientManagerTest, RefusesClientsPastTheMaximum) {
   ASSERT_TRUE(clients.Register("a", t0).ok());
   auto refused = clients.Register("b", t0);
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_THAT(refused.status().message(), HasSubstr("maximum of 1 clients"));
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("maximum of 1 clients alive"));
   EXPECT_EQ(clients.size(), 1u);
+}
+
+// The maximum bounds the clients alive, not every client a long run has seen
+// come and go; a restarted agent naming its alive old identity takes its
+// place even at the maximum.
+TEST(ClientManagerTest, TheMaximumCountsClientsAliveNotEveryOneSeen) {
+  ClientManager clients(Small(2));
+  const Client* a = *clients.Register("a", t0);
+  ASSERT_TRUE(clients.Register("b", t0).ok());
+  EXPECT_FALSE(clients.Register("c", t0).ok());
+  // a restarts: its new identity replaces the old one, which is retired.
+  const Client* previous = clients.Retirable(a->id, a->token);
+  ASSERT_EQ(previous, a);
+  absl::StatusOr<const Client*> a2 = clients.Register("a", t0, previous);
+  ASSERT_TRUE(a2.ok()) << a2.status();
+  ASSERT_TRUE(clients.Retire(a->id, a->token, **a2));
+  EXPECT_EQ(clients.Retirable(a->id, a->token), nullptr);  // retired once
+  EXPECT_EQ(clients.CountAlive(t0), 2);
+  EXPECT_FALSE(clients.Register("c", t0).ok());
+  // Everyone goes quiet past the client timeout: gone, and room again.
+  const absl::Time later = t0 + absl::Seconds(21);
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(clients.Register(absl::StrCat("new-", i), later).ok()) << i;
+  }
+  EXPECT_FALSE(clients.Register("one too many", later).ok());
+  EXPECT_EQ(clients.size(), 5u);  // the gone are remembered (ids stay unique)
 }
 
 TEST(ClientManagerTest, AuthorizeTellsMissingWrongAndForeignTokensApart) {
