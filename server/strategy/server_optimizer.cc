@@ -1,5 +1,6 @@
 #include "server/strategy/server_optimizer.h"
 
+#include <atomic>
 #include <cassert>
 #include <cmath>
 
@@ -11,7 +12,14 @@ namespace {
 // The slot's buffer to write the next state into: the slot itself when nobody
 // else holds it, a copy when a save in progress still reads it.
 std::vector<float>& Writable(std::shared_ptr<std::vector<float>>& slot) {
-  if (slot.use_count() > 1) slot = std::make_shared<std::vector<float>>(*slot);
+  if (slot.use_count() > 1) {
+    slot = std::make_shared<std::vector<float>>(*slot);
+  } else {
+    // use_count is a relaxed load: order the last other holder's reads (a
+    // save let go with an acq_rel decrement) before the writes that follow,
+    // as the run controller does for its model buffer.
+    std::atomic_thread_fence(std::memory_order_acquire);
+  }
   return *slot;
 }
 
