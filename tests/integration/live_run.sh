@@ -46,9 +46,10 @@ start_agents() {
   live_pids+=($!)
 }
 
-# status_field EXPR: evaluates a Python expression over the parsed /api/status (`s`).
+# status_field EXPR: evaluates a Python expression over the parsed /api/status (`s`),
+# whose records list their clients (client_ids).
 status_field() {
-  curl -sf "http://127.0.0.1:$HTTP_PORT/api/status" |
+  curl -sf "http://127.0.0.1:$HTTP_PORT/api/status?client_ids=true" |
     "$python" -c "import json, sys; s = json.load(sys.stdin); print($1)"
 }
 
