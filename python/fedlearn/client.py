@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
+import sys
 import threading
 import time
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
@@ -33,6 +34,10 @@ import numpy as np
 from fedlearn import proto
 from fedlearn.errors import FedlearnError, from_rpc_error
 from fedlearn.wire import MAX_CHUNK_BYTES, Payload, Reassembler, encode, push_requests
+
+# How long past its round's deadline a push may go unanswered (the C++ agent's
+# kPushGrace): the coordinator ends a push when its round closes.
+PUSH_GRACE_S = 30.0
 
 Weights = List[np.ndarray]
 
@@ -168,7 +173,7 @@ class Client:
         self._chunk_bytes = chunk_bytes
         self._on_join = on_join
         self._session_file = session_file
-        self._channel = make_channel(coordinator, tls)
+        self._channel = make_channel(coordinator, tls, max_backoff=max_backoff)
         self._stub = pb2_grpc.CoordinatorStub(self._channel)
         # PushGradient taking requests already serialized (wire.push_requests).
         push = self._pb2.DESCRIPTOR.services_by_name["Coordinator"].methods_by_name[
@@ -180,6 +185,7 @@ class Client:
         self._rng = random.Random()
         self._failures = 0
         self._failing_since: Optional[float] = None
+        self._rejoins_in_a_row = 0
         self.joined: Any = None  # the last JoinResponse
         # The weights are received into these every round (one model's bytes, made at
         # the first task after each join); fit and evaluate get copies.
@@ -243,6 +249,14 @@ class Client:
             return "backed off"
         if code in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAUTHENTICATED,
                     grpc.StatusCode.PERMISSION_DENIED):
+            # A coordinator that forgets this client again right after each join
+            # (two clients sharing a session file retire each other) is not
+            # hammered: from the second re-join in a row on, a backoff first.
+            if self._rejoins_in_a_row > 0:
+                cap = min(self._max_backoff,
+                          0.05 * 2 ** min(self._rejoins_in_a_row, 20))
+                self._sleep(self._rng.uniform(cap / 2, cap))
+            self._rejoins_in_a_row += 1
             self._join()
             return "rejoined"
         return None
@@ -250,6 +264,7 @@ class Client:
     def _succeeded(self) -> None:
         self._failures = 0
         self._failing_since = None
+        self._rejoins_in_a_row = 0
 
     def _call(self, fn: Callable[[], Any], what: str) -> Any:
         """Runs ``fn``; on a failure ``_mend`` mends, returns None (to be called
@@ -297,12 +312,22 @@ class Client:
         if self._session_file is None:
             return
         temp = f"{self._session_file}.tmp.{os.getpid()}"
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(f"{self.joined.client_id}\n{self.joined.session_token}\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temp, self._session_file)
+        try:
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(f"{self.joined.client_id}\n{self.joined.session_token}\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(temp, self._session_file)
+        except OSError as e:
+            # Joined all the same: only a restart's retiring of this identity is
+            # lost (as the C++ agent, which logs it and goes on).
+            print(f"fedlearn: session not saved to {self._session_file}: {e}",
+                  file=sys.stderr)
+            try:
+                os.unlink(temp)
+            except OSError:
+                pass
 
     def _join(self) -> None:
         grpc = self._grpc
@@ -336,7 +361,7 @@ class Client:
         first = started
         weights: Optional[Reassembler] = None
         call = self._stub.RequestUpdate(request, metadata=self._metadata(),
-                                        timeout=self._poll_wait + 30)
+                                        timeout=self._poll_wait + 120)
         try:
             for message in call:
                 if task is None:
@@ -380,6 +405,11 @@ class Client:
     def _train(self, task: Any, weights: Weights) -> None:
         plan = Plan(task, task.plan if task.HasField("plan") else self.joined.plan)
         started = time.perf_counter()
+        # The push gives up 30 s after the round's deadline, as the C++ agent's: the
+        # coordinator ends a push when its round closes, so only one that stopped
+        # answering gets there. No deadline without one in the task (async mode).
+        push_by = (time.monotonic() + task.deadline_ms / 1000.0 + PUSH_GRACE_S
+                   if task.deadline_ms > 0 else None)
         with _Heartbeats(self, plan):
             result = self._fit([w.copy() for w in weights], plan)
         self.summary.fit_seconds += time.perf_counter() - started
@@ -405,7 +435,7 @@ class Client:
             num_validation_examples=int(metrics.get("num_validation_examples", 0)),
             encoding=(self._pb2.ENCODING_QUANTIZED if self._int8
                       else self._pb2.ENCODING_DENSE))
-        self._push(header, delta)
+        self._push(header, delta, push_by)
 
     def _deliver(self, send: Callable[[], Any], what: str) -> str:
         """Sends a result of this client's task (an update, an evaluation) until it
@@ -442,15 +472,18 @@ class Client:
             return "sent"
         return "stopped"
 
-    def _push(self, header: Any, delta: Weights) -> None:
-        """Pushes one update; an update the round no longer wants is dropped."""
+    def _push(self, header: Any, delta: Weights, push_by: Optional[float]) -> None:
+        """Pushes one update, each attempt giving up at ``push_by`` (time.monotonic;
+        None: never); an update the round no longer wants is dropped."""
         started = time.perf_counter()
         payloads = [encode(d, self._int8)[0] for d in delta]
         attempt: Dict[str, float] = {}
 
         def send() -> None:
             attempt["started"] = time.perf_counter()
-            self.push_update(header, payloads)
+            timeout = (None if push_by is None
+                       else max(1.0, push_by - time.monotonic()))
+            self.push_update(header, payloads, timeout=timeout)
 
         outcome = self._deliver(send, "PushGradient")
         if outcome == "sent":
@@ -461,10 +494,12 @@ class Client:
             self.summary.updates_rejected += 1
         self.summary.protocol_seconds += time.perf_counter() - started
 
-    def push_update(self, header: Any, payloads: Sequence[Payload]) -> Any:
-        """Sends ``header`` and, once the coordinator admits it, the payloads' chunks.
-        Returns the ``PushGradientResponse``; raises ``grpc.RpcError``. (Public for
-        tools that push hand-made updates.)"""
+    def push_update(self, header: Any, payloads: Sequence[Payload],
+                    timeout: Optional[float] = 120) -> Any:
+        """Sends ``header`` and, once the coordinator admits it, the payloads' chunks,
+        within ``timeout`` seconds (None: no deadline). Returns the
+        ``PushGradientResponse``; raises ``grpc.RpcError``. (Public for tools that
+        push hand-made updates.)"""
         go = threading.Event()
         state: Dict[str, Any] = {}
         pb2 = self._pb2
@@ -481,7 +516,7 @@ class Client:
                                      header.encoding == pb2.ENCODING_QUANTIZED)
 
         call = self._push_serialized.future(requests(), metadata=self._metadata(),
-                                            timeout=120)
+                                            timeout=timeout)
         state["call"] = call
         try:
             call.initial_metadata()
@@ -542,11 +577,19 @@ class _Heartbeats:
                 pass
 
 
-def make_channel(address: str, tls: Optional[TlsConfig] = None) -> Any:
-    """A gRPC channel to ``address`` that takes the contract's 1 MiB chunks."""
+def make_channel(address: str, tls: Optional[TlsConfig] = None,
+                 max_backoff: float = 10.0) -> Any:
+    """A gRPC channel to ``address`` that takes the contract's 1 MiB chunks and
+    redials a coordinator that went away soon, then at most every ``max_backoff``
+    seconds, in step with the client's own retries (as the C++ agent's channel: a
+    call on a channel waiting out gRPC's default backoff, up to 120 s, fails at
+    once without trying)."""
     grpc, _, _ = proto.modules()
     options = [("grpc.max_receive_message_length", MAX_CHUNK_BYTES + (64 << 10)),
                ("grpc.max_send_message_length", MAX_CHUNK_BYTES + (64 << 10)),
+               ("grpc.initial_reconnect_backoff_ms", 100),
+               ("grpc.max_reconnect_backoff_ms",
+                max(100, int(max_backoff * 1000))),
                # RequestUpdate (unary-stream) runs on the thread that reads it, rather
                # than on gRPC's channel thread, which took the GIL from it for each of
                # the weights' 75 chunks: downloads 1.3x as fast (README, "Results").

@@ -215,8 +215,10 @@ class TorchClient(Client):
         examples = 0
         loss_sum = 0.0
         correct = 0
+        device = _device_of(model)
         for _ in range(max(1, plan.epochs)):
             for inputs, labels in self._train_loader:
+                inputs, labels = inputs.to(device), labels.to(device)
                 opt.zero_grad()
                 out = model(inputs)
                 loss = self._loss(out, labels)
@@ -241,15 +243,25 @@ class TorchClient(Client):
         return evaluate_loader(self.model, self._test_loader, self._loss)
 
 
+def _device_of(model: nn.Module) -> "torch.device":
+    """Where the model's parameters are (the CPU for a model without any): its
+    batches go there, so a CUDA model can be fed by a CPU DataLoader."""
+    for p in model.parameters():
+        return p.device
+    return torch.device("cpu")
+
+
 def evaluate_loader(model: nn.Module, loader: Iterable,
                     loss: Callable = nn.functional.cross_entropy) -> Tuple[float, float, int]:
     """Mean loss, accuracy and examples of ``model`` (in eval mode) over ``loader``."""
     model.eval()
+    device = _device_of(model)
     total = 0
     loss_sum = 0.0
     correct = 0
     with torch.no_grad():
         for inputs, labels in loader:
+            inputs, labels = inputs.to(device), labels.to(device)
             out = model(inputs)
             n = int(labels.shape[0])
             total += n

@@ -1,5 +1,6 @@
 """fedlearn.Client and the command line against a real coordinator process."""
 
+import contextlib
 import io
 import os
 import socket
@@ -186,6 +187,20 @@ class ClientTest(unittest.TestCase):
             self.assertEqual(e.exception.code(), grpc.StatusCode.NOT_FOUND)
             self.assertIn(f"joined again as {second.joined.client_id}",
                           e.exception.details())
+
+    def test_a_session_file_that_cannot_be_written_does_not_end_the_join(self):
+        # Joined all the same, as the C++ agent: only retiring this identity after a
+        # restart is lost, and no temporary file is left behind.
+        missing = os.path.join(tempfile.mkdtemp(), "no-such-dir", "agent.session")
+        with Coordinator("--model=mlp_2nn", "--min_clients=5") as c:
+            client = fedlearn.Client(c.address, lambda w, p: (w, 1, {}),
+                                     session_file=missing)
+            stderr = io.StringIO()
+            with contextlib.redirect_stderr(stderr):
+                client._join()
+            self.assertTrue(client.joined.client_id)
+            self.assertIn(f"session not saved to {missing}", stderr.getvalue())
+            self.assertFalse(os.path.exists(os.path.dirname(missing)))
 
     def test_tls_and_mutual_tls(self):
         certs = tempfile.mkdtemp()
