@@ -390,9 +390,14 @@ absl::Status Agent::Join() {
     }
   }
   NoteContact(Op::kJoin);
-  const bool same_model =
-      trainer_ != nullptr && google::protobuf::util::MessageDifferencer::Equals(
-                                 joined_.model(), joined->model());
+  // The trainer is kept across a re-join to the same run (its optimizer state
+  // and data order go on). A new run (a coordinator restarted without its
+  // state) may have another plan, and the trainer takes its input scaling and
+  // seed from the join's plan: it is built afresh, as for a new client.
+  const bool same_model = trainer_ != nullptr &&
+                          joined_.run_id() == joined->run_id() &&
+                          google::protobuf::util::MessageDifferencer::Equals(
+                              joined_.model(), joined->model());
   joined_ = *std::move(joined);
   ++summary_.joins;
   summary_.client_id = joined_.client_id();

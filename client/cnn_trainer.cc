@@ -45,20 +45,28 @@ class CnnTrainer final : public Trainer {
           absl::StrCat("weights have ", weights.size(), " values, model ",
                        net_->spec().name, " has ", net_->parameters().size()));
     }
+    // Every field checked before anything changes: a refused plan leaves the
+    // optimizer, the validation split and the weights as they were.
     if (plan.batch_size() < 1 || plan.epochs() < 1) {
       return absl::InvalidArgumentError(
           absl::StrCat("plan: batch size ", plan.batch_size(), " and epochs ",
                        plan.epochs(), " must be at least 1"));
+    }
+    if (!(plan.proximal_mu() >= 0) || !std::isfinite(plan.proximal_mu())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "plan: proximal_mu ", plan.proximal_mu(), " must be >= 0"));
+    }
+    // The coordinator's double below 1 can round to 1.0f; NaN fails both.
+    if (!(plan.validation_fraction() >= 0 && plan.validation_fraction() < 1)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("plan: validation_fraction ", plan.validation_fraction(),
+                       " must be in [0, 1)"));
     }
     FEDLEARN_RETURN_IF_ERROR(PrepareOptimizer(plan));
     SplitValidation(plan.validation_fraction());
     nn::SetComputeThreads(threads_);
     std::copy(weights.begin(), weights.end(), net_->parameters().begin());
 
-    if (!(plan.proximal_mu() >= 0) || !std::isfinite(plan.proximal_mu())) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "plan: proximal_mu ", plan.proximal_mu(), " must be >= 0"));
-    }
     // FedProx pulls towards the weights the round started from: `weights`
     // holds them untouched until training ends.
     const nn::Proximal proximal{weights.data(), plan.proximal_mu()};

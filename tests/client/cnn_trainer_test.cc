@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -100,6 +101,39 @@ TEST(CnnTrainerTest, ResetOptimizerStartsTheRoundWithAFreshState) {
       Round(*fresh, first, Plan("adadelta", false));
   EXPECT_TRUE(SameBits(reset, never));
   EXPECT_FALSE(SameBits(reset, kept));
+}
+
+// A plan the trainer refuses changes nothing: the round after it trains
+// exactly as it would have without the refused one (its optimizer state, its
+// validation split and its data order untouched).
+TEST(CnnTrainerTest, ARefusedPlanLeavesTheTrainerAsItWas) {
+  absl::StatusOr<std::unique_ptr<nn::Network>> net =
+      nn::Network::Create("mlp_2nn", 3);
+  ASSERT_TRUE(net.ok()) << net.status();
+  const std::vector<float> start((*net)->parameters().begin(),
+                                 (*net)->parameters().end());
+  std::unique_ptr<Trainer> clean = MakeTrainer(), refused = MakeTrainer();
+  ASSERT_TRUE(clean && refused);
+  const std::vector<float> first =
+      Round(*clean, start, Plan("adadelta", false));
+  ASSERT_TRUE(SameBits(Round(*refused, start, Plan("adadelta", false)), first));
+
+  std::vector<v1::TrainingPlan> bad(5, Plan("adadelta", /*reset=*/true));
+  bad[0].set_proximal_mu(-1);
+  bad[1].set_validation_fraction(std::numeric_limits<float>::quiet_NaN());
+  bad[2].set_validation_fraction(1.0f);  // 0.99999999 as a float
+  bad[3].set_validation_fraction(-1.0f);
+  bad[4].set_validation_fraction(0.5f);
+  bad[4].set_proximal_mu(std::numeric_limits<float>::infinity());
+  for (const v1::TrainingPlan& plan : bad) {
+    std::vector<float> weights = first;
+    absl::StatusOr<TrainMetrics> metrics = refused->Train(
+        absl::MakeSpan(weights), plan, /*run_validation=*/false, nullptr);
+    EXPECT_EQ(metrics.status().code(), absl::StatusCode::kInvalidArgument)
+        << plan.ShortDebugString();
+  }
+  EXPECT_TRUE(SameBits(Round(*refused, first, Plan("adadelta", false)),
+                       Round(*clean, first, Plan("adadelta", false))));
 }
 
 }  // namespace
