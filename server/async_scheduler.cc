@@ -58,9 +58,7 @@ absl::StatusOr<Ticket> AsyncScheduler::Admit(
   const std::string& id = header.client_id();
   const ClientRounds rounds =
       clients_.contains(id) ? clients_.at(id) : ClientRounds{};
-  // Its update for this round is in and it has no newer task: a repeat.
-  if (rounds.task == 0 && rounds.pushed != 0 &&
-      header.round() == rounds.pushed) {
+  if (rounds.pushed != 0 && header.round() == rounds.pushed) {
     *why = Rejection::kDuplicate;
     return absl::AlreadyExistsError(
         absl::StrCat("client ", id, ": update for round ", header.round(),
@@ -119,7 +117,11 @@ absl::StatusOr<Acceptance> AsyncScheduler::Accept(
   acceptance.scale = Scale(staleness);
   scale_sum_ += acceptance.scale;
   acceptance.accepted = static_cast<int>(accepted_.size());
-  if (acceptance.accepted >= options_.buffer) acceptance.outcome = "async";
+  if (acceptance.accepted >= options_.buffer) {
+    acceptance.outcome = "async";
+  } else {
+    acceptance.wait_for_next_step = true;
+  }
   // The reply names the version this update is part of.
   acceptance.round = version + 1;
   return acceptance;

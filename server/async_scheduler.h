@@ -82,10 +82,12 @@ class AsyncScheduler final : public Scheduler {
   absl::Status CheckStaleness(const std::string& client_id, int64_t round,
                               int64_t version) const;
 
-  // With a buffer of K > 1 a client may be sent the same round's TRAIN again
-  // once its update is in (the version moves only every K updates), and push
-  // for it again: a task is told apart from the one before by `sent`, which
-  // a push's ticket carries from admission to acceptance.
+  // One update per client and model version: with a buffer of K > 1 a client
+  // whose update is in waits for the next version (Acceptance::
+  // wait_for_next_step), so K updates are K clients' (a robust rule's votes),
+  // and an update re-sent after a lost reply is a duplicate. `sent` tells a
+  // task from the one before (a client may poll again while its push
+  // uploads); a push's ticket carries it from admission to acceptance.
   struct ClientRounds {
     int64_t task = 0;    // round of the TRAIN it was last sent (0: none)
     int64_t pushed = 0;  // round of its last accepted update

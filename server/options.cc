@@ -78,6 +78,12 @@ absl::Status CoordinatorOptions::Validate() const {
   if (max_staleness < 0)
     return Bad("max_staleness", "must be >= 0 (0: no limit)");
   if (async_buffer < 1) return Bad("async_buffer", "must be at least 1");
+  if (mode == Mode::kAsync && async_buffer > min_clients) {
+    return Bad("async_buffer",
+               absl::StrCat("must be at most --min_clients (", min_clients,
+                            "): a version takes one update from each of K "
+                            "clients"));
+  }
   if (absl::Status s = ResolveStrategy(strategy, strategy_config).status();
       !s.ok()) {
     return s;

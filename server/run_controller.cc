@@ -587,6 +587,12 @@ absl::StatusOr<v1::PushGradientResponse> RunController::CommitUpdate(
     ++counters.updates_accepted;
     history_.AddBytesReceived(bytes);
     board_.Retract(ticket.client_id);
+    if (accepted->wait_for_next_step) {
+      // A WAIT posted for it holds its polls until the step closes (which
+      // retracts every post and hands out the next version).
+      AbsorbLocked(board_.Post(ticket.client_id, WaitTaskLocked()), now,
+                   &effects);
+    }
     if (absl::StatusOr<Client*> c = clients_.Get(ticket.client_id); c.ok()) {
       ++(*c)->rounds_contributed;
       (*c)->last_update_norm = norm;

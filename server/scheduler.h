@@ -43,6 +43,10 @@ struct Acceptance {
   absl::string_view outcome;  // non-empty: the step closes now with it
   int64_t round = 0;          // for the reply
   int accepted = 0;           // updates accepted into this step so far
+  // The client has nothing to do until the step closes (an async buffer of
+  // K > 1 takes one update per client and model version): its polls are held,
+  // rather than handed the same version to train again.
+  bool wait_for_next_step = false;
 };
 
 // A step closed: its record (without the stop condition's verdict), the train

@@ -112,12 +112,12 @@ TEST(AsyncSchedulerTest, ABufferOfKMakesAVersionEveryKUpdates) {
   EXPECT_THAT(c.loss, Optional(2.0));  // window: 3 alive clients
 }
 
-// With a buffer of K, a client whose update is in polls again before the
-// version moves and is sent the same round's TRAIN: its next update counts
-// too (else two clients and K = 5 would never make a version), while a second
-// push for one task still counts once, even if the client took a newer task
-// meanwhile.
-TEST(AsyncSchedulerTest, AClientMayFillSeveralPlacesOfABufferOneTaskEach) {
+// With a buffer of K, K updates are K clients': a client whose update is in
+// waits for the next version (it is not handed the same one to train again),
+// and a second push for the same version is a duplicate, even after a lost
+// reply and a new task for that version; a push admitted for one task is not
+// accepted once the client has taken another.
+TEST(AsyncSchedulerTest, ABufferTakesOneUpdatePerClientAndVersion) {
   AsyncScheduler s(Buffered(3));
   Opening o = s.Open({}, nullptr, nullptr, 0, t0);
   Rejection why;
@@ -125,25 +125,35 @@ TEST(AsyncSchedulerTest, AClientMayFillSeveralPlacesOfABufferOneTaskEach) {
   auto first = s.Admit(Header("a", 1), Handle(), 0, &why);
   auto twin = s.Admit(Header("a", 1), Handle(), 0, &why);  // same task
   ASSERT_TRUE(first.ok() && twin.ok());
-  ASSERT_TRUE(s.Accept(*first, Header("a", 1), 10, 0, t0, &why).ok());
-  // Before the second task is sent, a push for round 1 is a repeat.
-  auto repeat = s.Admit(Header("a", 1), Handle(), 0, &why);
-  EXPECT_EQ(repeat.status().code(), absl::StatusCode::kAlreadyExists);
-  Send(s, o, "a");  // the same round's TRAIN again
+  auto accepted = s.Accept(*first, Header("a", 1), 10, 0, t0, &why);
+  ASSERT_TRUE(accepted.ok());
+  EXPECT_TRUE(accepted->wait_for_next_step);
   auto twin_late = s.Accept(*twin, Header("a", 1), 10, 0, t0, &why);
-  EXPECT_EQ(twin_late.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(why, Rejection::kStaleRound);
-  auto second = s.Admit(Header("a", 1), Handle(), 0, &why);
-  ASSERT_TRUE(second.ok());
-  auto counted = s.Accept(*second, Header("a", 1), 10, 0, t0, &why);
-  ASSERT_TRUE(counted.ok());
-  EXPECT_EQ(counted->accepted, 2);
+  EXPECT_EQ(twin_late.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(why, Rejection::kDuplicate);
+  // Sent round 1 again (a reply lost, the client polled): still one update.
+  Send(s, o, "a");
+  auto again = s.Admit(Header("a", 1), Handle(), 0, &why);
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kAlreadyExists);
+  // A push admitted for b's first task, then b takes a second one.
   Send(s, o, "b");
-  auto b = s.Admit(Header("b", 1), Handle(), 0, &why);
-  ASSERT_TRUE(b.ok());
-  auto third = s.Accept(*b, Header("b", 1), 10, 0, t0, &why);
+  auto b_old = s.Admit(Header("b", 1), Handle(), 0, &why);
+  ASSERT_TRUE(b_old.ok());
+  Send(s, o, "b");
+  auto b_stale = s.Accept(*b_old, Header("b", 1), 10, 0, t0, &why);
+  EXPECT_EQ(b_stale.status().code(), absl::StatusCode::kFailedPrecondition);
+  auto b_new = s.Admit(Header("b", 1), Handle(), 0, &why);
+  ASSERT_TRUE(b_new.ok());
+  auto second = s.Accept(*b_new, Header("b", 1), 10, 0, t0, &why);
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(second->accepted, 2);
+  Send(s, o, "c");
+  auto c = s.Admit(Header("c", 1), Handle(), 0, &why);
+  ASSERT_TRUE(c.ok());
+  auto third = s.Accept(*c, Header("c", 1), 10, 0, t0, &why);
   ASSERT_TRUE(third.ok());
   EXPECT_EQ(third->outcome, "async");
+  EXPECT_FALSE(third->wait_for_next_step);
 }
 
 TEST(AsyncSchedulerTest, RejectsRepeatedForeignAndTooStaleUpdates) {
