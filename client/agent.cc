@@ -491,12 +491,20 @@ absl::Status Agent::Train(CoordinatorClient::ReceivedTask received) {
   const v1::Task& task = received.task;
   const int64_t round = task.round();
   Update& update = update_;
+  // By this task's deadline: a kept update pushed again answers this task,
+  // whose deadline may be long after the one it was trained for.
+  const absl::Time push_deadline =
+      task.deadline_ms() > 0
+          ? received.header_received + absl::Milliseconds(task.deadline_ms()) +
+                kPushGrace
+          : absl::InfiniteFuture();
   if (update.pending && update.round == round &&
       update.weights == received.weights) {
     ConsoleLogf(console_,
                 "%s: round %d: pushing again the update trained before the "
                 "coordinator went away",
                 name_, round);
+    update.push_deadline = push_deadline;
     return Push();
   }
   update.pending = false;
@@ -541,11 +549,7 @@ absl::Status Agent::Train(CoordinatorClient::ReceivedTask received) {
   const float* weights = update.weights.data();
   for (size_t i = 0; i < update.delta.size(); ++i) delta[i] -= weights[i];
   update.round = round;
-  update.push_deadline = task.deadline_ms() > 0
-                             ? received.header_received +
-                                   absl::Milliseconds(task.deadline_ms()) +
-                                   kPushGrace
-                             : absl::InfiniteFuture();
+  update.push_deadline = push_deadline;
   update.metrics = *metrics;
   update.header.Clear();
   update.header.set_round(round);
