@@ -461,8 +461,8 @@ absl::Status Agent::Recover(Op op, const absl::Status& error) {
                           code == absl::StatusCode::kUnauthenticated ||
                           code == absl::StatusCode::kPermissionDenied)) {
     // The coordinator restarted and forgot us (or never knew this identity):
-    // join again. Only the RPC identity changes; Join keeps the trainer if the
-    // model is the same.
+    // join again. Join keeps the trainer if the run (a resumed one keeps its
+    // id) and the model are the same.
     ConsoleLogf(console_, "%s: %s as %s failed (%s); joining again", name_,
                 what, client_.client_id(), error.ToString());
     // It answered, so it is there; but a coordinator that forgets us again
