@@ -4,7 +4,8 @@
 # client per round, $ROUNDS rounds (default 30, so that the first round's
 # connection warm-up weighs a thirtieth of the means), training time excluded (the Python
 # client's fit returns at once; the C++ side is bench/push_load's CoordinatorClient, the
-# agent's RPC layer, which pushes a ready update). Per round: the poll's wait for its
+# agent's RPC layer, which pushes a ready update, encoding it as the agent does:
+# --encode_once=false). Per round: the poll's wait for its
 # task (the coordinator closing the last round and opening the next), the download
 # (task header to verified weights: chunks, CRC-32C per chunk and tensor) and the upload
 # (header, go-ahead, chunks, reply) in seconds, and the transfers in MB/s, for both
@@ -52,7 +53,7 @@ start
 wait "$coordinator_pid"; coordinator_pid=""
 start
 "$build/bench/push_load" --coordinator="127.0.0.1:$port" --clients=1 \
-  --chunk_bytes=1048576 --transfer_report | grep '^{' >"$tmp/cpp.json"
+  --chunk_bytes=1048576 --encode_once=false --transfer_report | grep '^{' >"$tmp/cpp.json"
 wait "$coordinator_pid"; coordinator_pid=""
 "$python" bench/sdk_overhead.py epoch >"$tmp/epoch.json"
 "$python" bench/sdk_overhead.py codec >"$tmp/codec.json"

@@ -190,17 +190,20 @@ class ClientTest(unittest.TestCase):
 
     def test_a_session_file_that_cannot_be_written_does_not_end_the_join(self):
         # Joined all the same, as the C++ agent: only retiring this identity after a
-        # restart is lost, and no temporary file is left behind.
-        missing = os.path.join(tempfile.mkdtemp(), "no-such-dir", "agent.session")
+        # restart is lost. A directory stands where the file should go, so the
+        # temporary file is written and the rename fails: it must not be left behind.
+        parent = tempfile.mkdtemp()
+        session = os.path.join(parent, "agent.session")
+        os.mkdir(session)
         with Coordinator("--model=mlp_2nn", "--min_clients=5") as c:
             client = fedlearn.Client(c.address, lambda w, p: (w, 1, {}),
-                                     session_file=missing)
+                                     session_file=session)
             stderr = io.StringIO()
             with contextlib.redirect_stderr(stderr):
                 client._join()
             self.assertTrue(client.joined.client_id)
-            self.assertIn(f"session not saved to {missing}", stderr.getvalue())
-            self.assertFalse(os.path.exists(os.path.dirname(missing)))
+            self.assertIn(f"session not saved to {session}", stderr.getvalue())
+            self.assertEqual(os.listdir(parent), ["agent.session"])
 
     def test_tls_and_mutual_tls(self):
         certs = tempfile.mkdtemp()
