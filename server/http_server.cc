@@ -220,8 +220,24 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
   // Prometheus scrape behind them, and Stop() does not wait out idle ones.
   impl->server->set_keep_alive_timeout(1);
   // Every route is a GET: a request body has no use here, and httplib would
-  // otherwise read one of any size into memory before routing (413 beyond
-  // this). A request's line and headers have their own limit in httplib.
+  // otherwise read one of any size into memory before routing. Any other
+  // method is answered 405 before its body is read (httplib's payload limit
+  // holds a Content-Length to it, not a chunked body), and the connection is
+  // closed rather than parsing the unread body as the next request. A
+  // request's line and headers have their own limit in httplib.
+  impl->server->set_pre_routing_handler(
+      [](const httplib::Request& req, httplib::Response& res) {
+        if (req.method == "GET" || req.method == "HEAD") {
+          return httplib::Server::HandlerResponse::Unhandled;
+        }
+        res.status = 405;
+        res.set_header("Allow", "GET, HEAD");
+        res.set_header("Connection", "close");
+        res.set_content(absl::StrCat(req.method, " ", req.path,
+                                     ": only GET and HEAD are served\n"),
+                        "text/plain");
+        return httplib::Server::HandlerResponse::Handled;
+      });
   impl->server->set_payload_max_length(kMaxRequestBody);
   impl->Routes();
   impl->port = port == 0 ? impl->server->bind_to_any_port(host)

@@ -23,7 +23,9 @@ namespace fedlearn {
 struct Ticket {
   std::string client_id;
   int64_t round = 0;  // the header's round
-  uint64_t step = 0;  // the aggregation step it was admitted into
+  // Sync: the aggregation step it was admitted into; async: which of the
+  // client's TRAIN tasks it answers. Accept refuses it when that moved on.
+  uint64_t step = 0;
   std::shared_ptr<CancelHandle> cancel;
 };
 
