@@ -88,6 +88,26 @@ absl::Status LoadModel(const CoordinatorOptions& options, ModelSpec* spec,
 absl::Status CheckResumedPrivacy(const CoordinatorOptions& options,
                                  const v1::CoordinatorState& state) {
   const DpParams dp = options.Privacy();
+  // The settings the run trained with, saved with every state: they cover a
+  // round released before its record (a crash between the two), which the
+  // resumed run charges with its own z, even when no round is recorded yet.
+  if (state.has_dp_noise_multiplier()) {
+    const double z = dp.enabled() ? dp.noise_multiplier : 0;
+    const double c = dp.enabled() && !dp.adaptive() ? dp.clip_norm : 0;
+    if (state.dp_noise_multiplier() != z || state.dp_clip_norm() != c) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          options.state_dir, " holds a run that trains with ",
+          state.dp_noise_multiplier() > 0
+              ? absl::StrCat(
+                    "--dp_noise_multiplier=", state.dp_noise_multiplier(),
+                    state.dp_clip_norm() > 0
+                        ? absl::StrCat(" --dp_clip_norm=", state.dp_clip_norm())
+                        : std::string(" (adaptive clipping)"))
+              : std::string("no central DP"),
+          ": resume it with the same privacy settings, or use another "
+          "--state_dir"));
+    }
+  }
   for (const v1::RoundRecord& r : state.history()) {
     if (r.evaluation() || r.outcome() == "abandoned" || r.outcome() == "open") {
       continue;

@@ -66,6 +66,8 @@ std::string PrivacyLedger::Charge(double clip_norm, double next_clip_norm,
 
 void PrivacyLedger::Save(v1::CoordinatorState* state) const {
   state->set_dp_unrecorded_rounds(unrecorded_rounds_);
+  state->set_dp_noise_multiplier(dp_.enabled() ? dp_.noise_multiplier : 0);
+  state->set_dp_clip_norm(dp_.enabled() && !dp_.adaptive() ? dp_.clip_norm : 0);
 }
 
 void PrivacyLedger::Fill(double clip_norm, v1::PrivacyStatus* status) const {

@@ -214,6 +214,40 @@ TEST_F(PrivacyServiceTest, AResumedRunKeepsTheEpsilonItSpent) {
   }
 }
 
+// Before any round is released and recorded, the state still says which
+// privacy settings the run trains with: a crash may have released a round
+// without its record, and the resumed run charges it with its own z, so a
+// resume with other settings is refused then too.
+TEST_F(PrivacyServiceTest, SettingsAreKeptBeforeAnyRoundIsRecorded) {
+  testing::ScopedTempDir dir;
+  CoordinatorOptions o = PrivateRun(/*z=*/0.8);
+  o.state_dir = dir.Path("state");
+  o.round_timeout = absl::Milliseconds(300);
+  Start(o);
+  {
+    auto clients = JoinAll(3);  // selected, never pushing: abandoned
+    ASSERT_TRUE(server_->controller().AwaitHistory(1, testing::kWait));
+  }
+  server_.reset();
+  for (auto change : std::vector<std::function<void(CoordinatorOptions&)>>{
+           [](CoordinatorOptions& c) { c.dp_noise_multiplier = 2.0; },
+           [](CoordinatorOptions& c) { c.dp_clip_norm = 0.5; },
+           [](CoordinatorOptions& c) {
+             c.dp_noise_multiplier = 0;
+             c.dp_clip_norm = 0;
+           }}) {
+    CoordinatorOptions other = o;
+    change(other);
+    auto refused = CoordinatorServer::Start(other, "127.0.0.1:0");
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(refused.status().message(),
+                HasSubstr("trains with --dp_noise_multiplier=0.8"));
+  }
+  // With its own settings it resumes.
+  Start(o);
+  EXPECT_EQ(Status().round(), 1);
+}
+
 TEST_F(PrivacyServiceTest, TheNoiseDoesNotFollowTheSeed) {
   // Two runs with the same --seed, the same clients and the same updates: the
   // initial models agree to the bit, the noised ones do not.
