@@ -86,6 +86,10 @@ TEST_F(TlsTest, PlaintextAndUntrustedClientsDoNotGetIn) {
   const absl::Status untrusted = JoinWith({true, Pem("other-ca.pem"), "", ""});
   EXPECT_EQ(untrusted.code(), absl::StatusCode::kUnavailable) << untrusted;
   EXPECT_EQ(server_->controller().GetStatus().clients_size(), 0);
+  // The same coordinator takes a client that trusts its CA: the two above
+  // were turned away, not missing a listener.
+  EXPECT_TRUE(JoinWith({true, Pem("ca.pem"), "", ""}).ok());
+  EXPECT_EQ(server_->controller().GetStatus().clients_size(), 1);
 }
 
 TEST_F(TlsTest, MutualTlsWantsAClientCertificateOfItsCa) {
