@@ -9,7 +9,7 @@
 # more flags for the coordinator, e.g. --grpc_memory=512MiB; $SWARM_FLAGS: for swarm, e.g.
 # --clients_per_connection=3 where open files are capped below N). Prints swarm's
 # report per run; last line:
-#   swarm_n=<largest N with no error> rss_per_client_kb=<at that N>
+#   swarm_n=<largest N with no error in any model's run> rss_per_client_kb=<at that N>
 #   round_overhead_s_1000=<median first-task-to-next-first-task of 1,000-client mlp_2nn
 #   rounds>
 set -euo pipefail
@@ -52,7 +52,10 @@ tcp_report() {  # before after
 read -ra coordinator_flags <<<"${COORDINATOR_FLAGS:-}"
 read -ra swarm_flags <<<"${SWARM_FLAGS:-}"
 best_n=0 best_rss="" overhead_1000=""
+first_model=$(echo $models | cut -d' ' -f1)
 for n in $sizes; do
+  held=1  # every model's run at this N without an error
+  rss=""
   for model in $models; do
     start_coordinator "$tmp/coordinator-$n-$model.log" \
       --model="$model" --min_clients=$((n + 1)) --clients_per_round=$((n / 10)) \
@@ -68,11 +71,11 @@ for n in $sizes; do
     tcp_report "$tcp_before" "$(tcp_counters)"
     result=$(grep '^swarm_result' "$out" || true)
     get() { echo "$result" | grep -o "$1=[^ ]*" | cut -d= -f2; }
-    if [ "$status" = 0 ] && [ "$(get errors)" = 0 ] && [ "$n" -gt "$best_n" ] &&
-       [ "$model" = "$(echo $models | cut -d' ' -f1)" ]; then
-      best_n=$n best_rss=$(get rss_per_client_kb)
-    fi
+    if [ "$status" != 0 ] || [ "$(get errors)" != 0 ]; then held=0; fi
+    if [ "$model" = "$first_model" ]; then rss=$(get rss_per_client_kb); fi
     if [ "$n" = 10000 ] && [ "$model" = mlp_2nn ]; then overhead_1000=$(get round_overhead_s); fi
   done
+  # N is held when no model's run had an error; the idle figure is the first model's.
+  if [ "$held" = 1 ] && [ "$n" -gt "$best_n" ]; then best_n=$n best_rss=$rss; fi
 done
 echo "swarm_n=$best_n rss_per_client_kb=${best_rss:-na} round_overhead_s_1000=${overhead_1000:-na}"
