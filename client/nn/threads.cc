@@ -18,6 +18,7 @@ namespace {
 std::mutex gemm_mu;
 int single_scopes = 0;     // guarded by gemm_mu
 int compute_threads = -1;  // SetComputeThreads' count; -1: never called
+int outside_scopes = 1;    // Eigen's count before the first open scope
 
 void SetProductThreads(int threads) {
   Eigen::setNbThreads(threads);
@@ -35,9 +36,18 @@ void SetComputeThreads(int threads) {
   if (single_scopes == 0) SetProductThreads(threads);
 }
 
+int ComputeThreads() {
+  std::lock_guard<std::mutex> lock(gemm_mu);
+  if (compute_threads > 0) return compute_threads;
+  return single_scopes == 0 ? Eigen::nbThreads() : outside_scopes;
+}
+
 SingleThreadedGemm::SingleThreadedGemm() : threads_(Eigen::nbThreads()) {
   std::lock_guard<std::mutex> lock(gemm_mu);
-  if (single_scopes++ == 0) SetProductThreads(1);
+  if (single_scopes++ == 0) {
+    outside_scopes = Eigen::nbThreads();
+    SetProductThreads(1);
+  }
 }
 
 SingleThreadedGemm::~SingleThreadedGemm() {

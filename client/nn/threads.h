@@ -15,6 +15,12 @@ namespace fedlearn::nn {
 // gives each agent cores / agents).
 void SetComputeThreads(int threads);
 
+// The thread count to share work out over: SetComputeThreads', else Eigen's.
+// Not Eigen::nbThreads() itself, which a SingleThreadedGemm scope of another
+// agent in the process may have dropped to 1 for the while: a layer that
+// split its work by that would sum in a timing-dependent order.
+int ComputeThreads();
+
 // While alive, matrix products run on the thread that calls them, for code
 // that shares work out over its own threads and multiplies in each of them
 // (OpenBLAS, or Eigen's OpenMP, would otherwise start threads inside every

@@ -41,7 +41,7 @@ void Winograd3x3::Init(const Shape& in, const Shape& out, int pad) {
 }
 
 void Winograd3x3::Reserve(int max_batch) {
-  Prepare(max_batch, std::max(1, Eigen::nbThreads()));
+  Prepare(max_batch, std::max(1, ComputeThreads()));
 }
 
 std::vector<Winograd3x3::Chunk> Winograd3x3::Prepare(int batch, int threads) {
@@ -327,7 +327,7 @@ void Winograd3x3::TransformInputGradient(const Chunk& chunk, Workspace& ws,
 void Winograd3x3::Forward(const float* in, const float* weight, float* out,
                           int batch) {
   TransformFilter(weight);
-  const int threads = std::max(1, Eigen::nbThreads());
+  const int threads = std::max(1, ComputeThreads());
   const std::vector<Chunk> chunks = Prepare(batch, threads);
   ForEachChunk(chunks, threads,
                [&](const Chunk& chunk, Workspace& ws, bool /*first*/) {
@@ -348,7 +348,7 @@ void Winograd3x3::Backward(const float* in, const float* dout,
     std::fill(weight_grad, weight_grad + 9 * in_.c * out_.c, 0.0f);
     return;
   }
-  const int threads = std::max(1, Eigen::nbThreads());
+  const int threads = std::max(1, ComputeThreads());
   const std::vector<Chunk> chunks = Prepare(batch, threads);
   const auto backward = [&](const Chunk& chunk, Workspace& ws, bool first) {
     // V again rather than kept from Forward: a chunk's V is overwritten by

@@ -431,6 +431,43 @@ TEST_P(WinogradAtMnistSizeTest, MatchesDirectConvolution) {
 INSTANTIATE_TEST_SUITE_P(Threads, WinogradAtMnistSizeTest,
                          ::testing::Values(1, 2));
 
+// Agents in one process: while one is inside its Winograd layer (a
+// SingleThreadedGemm scope, which drops Eigen's count to 1 process-wide),
+// another's layer still shares its work out over the agents' thread count, so
+// its sums run in the same order and its results are the same to the bit
+// whatever the other agent is doing.
+TEST(Conv2DTest, WinogradSumsAlikeWhileAnotherAgentIsInsideItsLayer) {
+  const int threads_before = Eigen::nbThreads();
+  SetComputeThreads(2);
+  std::mt19937 rng(11);
+  Conv2D conv(16, 3, Conv2D::Padding::kSame);
+  const Shape in{8, 12, 12, true};
+  const Shape out = conv.Init(in);
+  ASSERT_TRUE(conv.uses_winograd());
+  const int batch = 6;
+  Parameters p = BindRandomParameters(&conv, 0.1f, &rng);
+  const std::vector<float> x = Uniform(batch * in.size(), 0, 1, &rng);
+  const std::vector<float> dy = Uniform(batch * out.size(), -1, 1, &rng);
+  auto weight_grad = [&] {
+    std::vector<float> y(batch * out.size()), dx(x.size());
+    conv.Forward(x.data(), y.data(), batch, /*training=*/true);
+    conv.Backward(x.data(), y.data(), dy.data(), dx.data(), batch);
+    return p.grads[0];
+  };
+  const std::vector<float> alone = weight_grad();
+  std::vector<float> beside;
+  {
+    SingleThreadedGemm other_agent;
+    ASSERT_EQ(Eigen::nbThreads(), 1);
+    beside = weight_grad();
+  }
+  ASSERT_EQ(alone.size(), beside.size());
+  EXPECT_EQ(
+      std::memcmp(alone.data(), beside.data(), alone.size() * sizeof(float)),
+      0);
+  SetComputeThreads(threads_before);
+}
+
 struct ConvCase {
   int in_c, out_c, kernel;
   Conv2D::Padding padding;
