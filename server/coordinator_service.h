@@ -57,6 +57,9 @@ class CoordinatorService final
                                       const v1::GetStatusRequest* request,
                                       v1::GetStatusResponse* response) override;
 
+  // The receive buffers: how many are held and how many pushes wait.
+  const StagingPool& staging() const { return staging_; }
+
  private:
   class TaskWriter;
   class UpdateReader;

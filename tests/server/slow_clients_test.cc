@@ -29,6 +29,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/coordinator_server.h"
+#include "server/coordinator_service.h"
 #include "server/run_controller.h"
 #include "tests/server/scripted_clients.h"
 
@@ -130,7 +131,15 @@ TEST_F(SlowClientsTest, StalledAndTricklingUploadsDoNotHoldTheRound) {
       [&] { slow[1] = SlowPush(*clients_[1], absl::ZeroDuration(), 1); });
   slow_threads.emplace_back(
       [&] { slow[2] = SlowPush(*clients_[2], absl::Milliseconds(500), 1000); });
-  absl::SleepFor(absl::Milliseconds(300));  // let them take the buffers
+  // Until they hold both buffers and the third waits for one: the seven
+  // fast pushes then queue behind them.
+  const absl::Time deadline = absl::Now() + testing::kWait;
+  while ((server_->service().staging().in_use() < 2 ||
+          server_->service().staging().waiting() < 1) &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_EQ(server_->service().staging().in_use(), 2);
   // The seven others push whole updates of 0.5 at once.
   std::vector<std::thread> fast;
   std::atomic<int> accepted{0};
