@@ -105,6 +105,21 @@ for e in sorted(fedlearn):
         cells.append(f"{r['test_accuracy']:>8.4f} {r['test_loss']:>9.4f} {train_loss:>10} "
                      f"{seconds:>5}")
     print(f"{e:>5} | {cells[0]} | {cells[1]}")
+# The shared premise: both sides start from the same weights, so before any
+# training they evaluate the same network on the same test set (both print 4
+# decimals: the loss is allowed their rounding and float summation). A layout or
+# flatten-order mismatch in --init_weights would show here, and makes every
+# row after it meaningless.
+if 0 in fedlearn and 0 in pytorch:
+    a, b = fedlearn[0], pytorch[0]
+    if (abs(a["test_accuracy"] - b["test_accuracy"]) > 1e-4 or
+            abs(a["test_loss"] - b["test_loss"]) > 2e-4 + 1e-4 * abs(a["test_loss"])):
+        sys.exit(f"epoch 0 differs (fedlearn {a['test_accuracy']:.4f} / "
+                 f"{a['test_loss']:.6f}, PyTorch {b['test_accuracy']:.4f} / "
+                 f"{b['test_loss']:.6f}): the two sides did not start from the same "
+                 "network")
+else:
+    sys.exit("no epoch-0 row on one side: cannot check the shared starting point")
 last = max(fedlearn)
 print(f"wall time: fedlearn {fedlearn[last]['wall_seconds']:.1f} s, "
       f"PyTorch {pytorch[last]['wall_seconds']:.1f} s")
