@@ -45,6 +45,8 @@ source bench/peers/setup.sh
 source bench/peers/rounds.sh
 require_data data/mnist
 apt_install "$(basename "$0")" python3-torch libopenblas0-openmp
+# The peer against hand-worked steps first (its optimizers, FedAvg's weighted mean).
+"$python" bench/peers/fedavg_pytorch.py --self_test --partitions=-
 
 build_targets convergence
 

@@ -234,6 +234,16 @@ class ServerOptimizer:
         return out
 
 
+def weighted_delta(global_state, results, sizes):
+    """FedAvg's aggregate, in float64: sum_i n_i / n (w_i - w), over (weights_i, n_i)."""
+    total = sum(sizes)
+    acc = {k: torch.zeros_like(v, dtype=torch.float64) for k, v in global_state.items()}
+    for weights, n in zip(results, sizes):
+        for k in acc:
+            acc[k].add_(weights[k].double() - global_state[k].double(), alpha=n / total)
+    return acc
+
+
 def self_test():
     """The server optimizers against steps worked out by hand: tau 1 (v starts at 1),
     b1 = b2 = 0.5, lr 1, Delta = [1, 3] from x = 0: m = [0.5, 1.5];
@@ -259,6 +269,29 @@ def self_test():
     x1 = m.step(x, {"w": torch.tensor([1.0, 2.0])})
     x2 = m.step(x1, {"w": torch.tensor([1.0, -2.0])})
     assert x1["w"].tolist() == [1.0, 2.0] and x2["w"].tolist() == [2.5, 1.0], (x1, x2)
+    # Bias correction as Adam's (Kingma & Ba): at t = 1 with b1 = b2 = 0.5 the step is
+    # scaled by sqrt(1 - 0.5) / (1 - 0.5) = sqrt(2): fedadam's x above, times sqrt(2).
+    got = ServerOptimizer("fedadam", 1.0, beta_1=0.5, beta_2=0.5, tau=1.0,
+                          bias_correction=True).step(x, delta)["w"]
+    want = [2 ** 0.5 * 0.5 / (1 + 1), 2 ** 0.5 * 1.5 / (5 ** 0.5 + 1)]
+    assert all(abs(float(g) - w) < 1e-6 for g, w in zip(got, want)), (got, want)
+    # The clients' Adadelta (rho 0.95, eps 1e-7, lr 1), one step on the gradient
+    # [3, 3] above: E[g^2] = 0.05 * 9 = 0.45, step = sqrt(0 + eps) / sqrt(0.45 + eps) * 3.
+    linear = nn.Linear(2, 1, bias=False)
+    with torch.no_grad():
+        linear.weight.copy_(torch.tensor([[1.0, 2.0]]))
+    adadelta = make_optimizer(linear, 1.0, "adadelta")
+    (linear(torch.ones(1, 2)) ** 2 / 2).sum().backward()
+    adadelta.step()
+    step = (1e-7 / (0.45 + 1e-7)) ** 0.5 * 3
+    got = linear.weight.detach()[0].tolist()
+    assert all(abs(g - w) < 1e-6 for g, w in zip(got, [1 - step, 2 - step])), (got, step)
+    # FedAvg's mean weighs each client's change by its examples: n = 1 and 3,
+    # w - w0 = 4 and 8 gives (1 * 4 + 3 * 8) / 4 = 7.
+    w0 = {"w": torch.tensor([1.0])}
+    mean = weighted_delta(w0, [{"w": torch.tensor([5.0])}, {"w": torch.tensor([9.0])}],
+                          [1, 3])
+    assert mean["w"].tolist() == [7.0], mean
     print(json.dumps({"side": "pytorch", "event": "self_test", "ok": True}), flush=True)
 
 
@@ -394,9 +427,10 @@ def main():
         train_loss = 0.0
         for i in selected:
             weights, loss = clients[i].fit(global_state, args.batch_size, args.epochs)
+            # The shared model's tensors: folded before the next client trains.
+            part = weighted_delta(global_state, [weights], [1])
             for k in acc:
-                acc[k].add_(weights[k].double() - global_state[k].double(),
-                            alpha=sizes[i] / total)
+                acc[k].add_(part[k], alpha=sizes[i] / total)
             train_loss += loss * sizes[i] / total
         global_state = server.step(global_state, acc)
         round_seconds = time.perf_counter() - start
