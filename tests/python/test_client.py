@@ -54,6 +54,19 @@ def run_clients(clients):
     return results
 
 
+class ScriptedFailure(grpc.RpcError):
+    """A call's failure with `code`, as grpc raises it (no coordinator reached)."""
+
+    def __init__(self, code):
+        self._code = code
+
+    def code(self):
+        return self._code
+
+    def details(self):
+        return f"scripted {self._code.name}"
+
+
 class ClientTest(unittest.TestCase):
     def test_two_clients_train_evaluate_and_see_fedavg_to_the_bit(self):
         # Two rounds of two clients on mlp_2nn: client 0 (100 examples, dense) adds
@@ -267,16 +280,6 @@ class ClientTest(unittest.TestCase):
     def test_what_each_code_does_to_a_result_being_delivered(self):
         # _deliver, the policy pushes and evaluation reports share, fed scripted
         # failures (no coordinator is reached: the codes never ask for a join).
-        class Failure(grpc.RpcError):
-            def __init__(self, code):
-                self._code = code
-
-            def code(self):
-                return self._code
-
-            def details(self):
-                return f"scripted {self._code.name}"
-
         def deliver(*codes):
             client = fedlearn.Client("127.0.0.1:1", lambda w, p: (w, 1, {}),
                                      max_backoff=0.01)
@@ -286,7 +289,7 @@ class ClientTest(unittest.TestCase):
             def send():
                 sends.append(1)
                 if script:
-                    raise Failure(script.pop(0))
+                    raise ScriptedFailure(script.pop(0))
 
             return client._deliver(send, "PushGradient"), len(sends)
 
@@ -310,23 +313,13 @@ class ClientTest(unittest.TestCase):
         # The coordinator cancels a download that moved nothing for --stall_timeout:
         # the poll is made again after a backoff, as the C++ agent does (retry.h),
         # not raised out of run().
-        class Failure(grpc.RpcError):
-            def __init__(self, code):
-                self._code = code
-
-            def code(self):
-                return self._code
-
-            def details(self):
-                return f"scripted {self._code.name}"
-
         client = fedlearn.Client("127.0.0.1:1", lambda w, p: (w, 1, {}),
                                  max_backoff=0.01)
         script = [grpc.StatusCode.CANCELLED, grpc.StatusCode.UNAVAILABLE]
 
         def poll():
             if script:
-                raise Failure(script.pop(0))
+                raise ScriptedFailure(script.pop(0))
             return "task"
 
         results = [client._call(poll, "RequestUpdate") for _ in range(3)]

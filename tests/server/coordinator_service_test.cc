@@ -260,31 +260,23 @@ TEST(CoordinatorSamplingTest, SameSeedAndNamesSampleAlikeWhateverTheJoinOrder) {
   EXPECT_EQ(SampledNames({"d", "e", "b", "c", "a"}), names);
 }
 
+// Also with client 0's update cut into chunk messages beforehand and sent by
+// PushEncoded, as a load generator sends it: it counts like any other.
 TEST_F(CoordinatorServiceTest, FedAvgIsTheExampleWeightedMean) {
-  Start(SmallRun());
-  auto clients = JoinAll(3);
-  const std::vector<float> before = Global();
-  const int64_t examples[3] = {1, 2, 3};
-  const float deltas[3] = {0.3f, -0.6f, 0.9f};
-  PushPatterned(clients, examples, deltas, /*first_loss=*/1.0);
-  // (1*0.3 + 2*(-0.6) + 3*0.9) / 6 = 0.3 times k, from the float inputs.
-  ExpectPatternedMean(before, examples, deltas);
-  // Train loss is weighted by examples too: (1*1 + 2*2 + 3*3) / 6.
-  EXPECT_DOUBLE_EQ(Status().history(0).metrics().train_loss(), 14.0 / 6.0);
-}
-
-TEST_F(CoordinatorServiceTest, AnUpdateEncodedBeforehandCountsLikeAnyOther) {
-  // What a load generator sends: chunk messages cut once, pushed with the
-  // header PushEncoded fills in (client id, go-ahead first).
-  Start(SmallRun());
-  auto clients = JoinAll(3);
-  const std::vector<float> before = Global();
-  const int64_t examples[3] = {1, 2, 3};
-  const float deltas[3] = {0.3f, -0.6f, 0.9f};
-  PushPatterned(clients, examples, deltas, /*first_loss=*/1.0,
-                /*encoded_first=*/true);
-  ExpectPatternedMean(before, examples, deltas);
-  EXPECT_EQ(Status().history(0).responded(), 3);
+  for (const bool encoded_first : {false, true}) {
+    SCOPED_TRACE(encoded_first ? "PushEncoded" : "PushUpdate");
+    Start(SmallRun());
+    auto clients = JoinAll(3);
+    const std::vector<float> before = Global();
+    const int64_t examples[3] = {1, 2, 3};
+    const float deltas[3] = {0.3f, -0.6f, 0.9f};
+    PushPatterned(clients, examples, deltas, /*first_loss=*/1.0, encoded_first);
+    // (1*0.3 + 2*(-0.6) + 3*0.9) / 6 = 0.3 times k, from the float inputs.
+    ExpectPatternedMean(before, examples, deltas);
+    // Train loss is weighted by examples too: (1*1 + 2*2 + 3*3) / 6.
+    EXPECT_EQ(Status().history(0).responded(), 3);
+    EXPECT_DOUBLE_EQ(Status().history(0).metrics().train_loss(), 14.0 / 6.0);
+  }
 }
 
 TEST_F(CoordinatorServiceTest,

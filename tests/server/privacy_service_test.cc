@@ -39,6 +39,30 @@ CoordinatorOptions PrivateRun(double z) {
   return o;
 }
 
+// Each changes a private run's settings (z 0.8, C 1) to others a resume
+// must refuse: another z, another C, no DP at all.
+std::vector<std::function<void(CoordinatorOptions&)>> OtherPrivacySettings() {
+  return {[](CoordinatorOptions& c) { c.dp_noise_multiplier = 2.0; },
+          [](CoordinatorOptions& c) { c.dp_clip_norm = 0.5; },
+          [](CoordinatorOptions& c) {
+            c.dp_noise_multiplier = 0;
+            c.dp_clip_norm = 0;
+          }};
+}
+
+// Starting on `o`'s state directory with each of OtherPrivacySettings is
+// refused, FAILED_PRECONDITION with `why` in the message.
+void ExpectOtherSettingsRefused(const CoordinatorOptions& o,
+                                const std::string& why) {
+  for (auto change : OtherPrivacySettings()) {
+    CoordinatorOptions other = o;
+    change(other);
+    auto refused = CoordinatorServer::Start(other, "127.0.0.1:0");
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(refused.status().message(), HasSubstr(why));
+  }
+}
+
 class PrivacyServiceTest : public ::testing::Test {
  protected:
   void Start(const CoordinatorOptions& options) {
@@ -199,19 +223,7 @@ TEST_F(PrivacyServiceTest, AResumedRunKeepsTheEpsilonItSpent) {
 
   // Other privacy settings on the same directory are refused, as another
   // strategy would be.
-  for (auto change : std::vector<std::function<void(CoordinatorOptions&)>>{
-           [](CoordinatorOptions& c) { c.dp_noise_multiplier = 2.0; },
-           [](CoordinatorOptions& c) { c.dp_clip_norm = 0.5; },
-           [](CoordinatorOptions& c) {
-             c.dp_noise_multiplier = 0;
-             c.dp_clip_norm = 0;
-           }}) {
-    CoordinatorOptions other = o;
-    change(other);
-    auto refused = CoordinatorServer::Start(other, "127.0.0.1:0");
-    EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
-    EXPECT_THAT(refused.status().message(), HasSubstr("privacy settings"));
-  }
+  ExpectOtherSettingsRefused(o, "privacy settings");
 }
 
 // Before any round is released and recorded, the state still says which
@@ -229,20 +241,7 @@ TEST_F(PrivacyServiceTest, SettingsAreKeptBeforeAnyRoundIsRecorded) {
     ASSERT_TRUE(server_->controller().AwaitHistory(1, testing::kWait));
   }
   server_.reset();
-  for (auto change : std::vector<std::function<void(CoordinatorOptions&)>>{
-           [](CoordinatorOptions& c) { c.dp_noise_multiplier = 2.0; },
-           [](CoordinatorOptions& c) { c.dp_clip_norm = 0.5; },
-           [](CoordinatorOptions& c) {
-             c.dp_noise_multiplier = 0;
-             c.dp_clip_norm = 0;
-           }}) {
-    CoordinatorOptions other = o;
-    change(other);
-    auto refused = CoordinatorServer::Start(other, "127.0.0.1:0");
-    EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
-    EXPECT_THAT(refused.status().message(),
-                HasSubstr("trains with --dp_noise_multiplier=0.8"));
-  }
+  ExpectOtherSettingsRefused(o, "trains with --dp_noise_multiplier=0.8");
   // With its own settings it resumes.
   Start(o);
   EXPECT_EQ(Status().round(), 1);
