@@ -32,12 +32,15 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 import numpy as np
 
 from fedlearn import proto
-from fedlearn.errors import FedlearnError, from_rpc_error
+from fedlearn.errors import FedlearnError, ProtocolError, from_rpc_error
 from fedlearn.wire import MAX_CHUNK_BYTES, Payload, Reassembler, encode, push_requests
 
 # How long past its round's deadline a push may go unanswered (the C++ agent's
 # kPushGrace): the coordinator ends a push when its round closes.
 PUSH_GRACE_S = 30.0
+# Broken downloads in a row before run() gives up (the C++ agent's
+# --max_repeated_errors default).
+MAX_REPEATED_ERRORS = 3
 
 Weights = List[np.ndarray]
 
@@ -182,10 +185,14 @@ class Client:
             f"/{push.containing_service.full_name}/{push.name}",
             response_deserializer=self._pb2.PushGradientResponse.FromString)
         self._stopping = threading.Event()
+        # The poll under way, for stop() to cancel (guarded by _call_lock).
+        self._call_lock = threading.Lock()
+        self._poll_call: Any = None
         self._rng = random.Random()
         self._failures = 0
         self._failing_since: Optional[float] = None
         self._rejoins_in_a_row = 0
+        self._protocol_errors = 0
         self.joined: Any = None  # the last JoinResponse
         # The weights are received into these every round (one model's bytes, made at
         # the first task after each join); fit and evaluate get copies.
@@ -204,6 +211,8 @@ class Client:
             self._join()
             while not self._stopping.is_set():
                 received = self._call(self._poll, "RequestUpdate")
+                if self._stopping.is_set():
+                    break  # a task that came with the stop is not started
                 if received is None:
                     continue
                 task, weights = received
@@ -223,9 +232,14 @@ class Client:
             self._channel.close()
 
     def stop(self) -> None:
-        """Makes ``run()`` return (raising CANCELLED) soon; a ``fit`` running finishes
-        first."""
+        """Makes ``run()`` return (raising CANCELLED) soon: a poll under way is
+        cancelled, as the C++ agent's Stop cancels its calls; a ``fit`` running
+        finishes first, and its update is not sent."""
         self._stopping.set()
+        with self._call_lock:
+            call = self._poll_call
+        if call is not None:
+            call.cancel()
 
     # -----------------------------------------------------------------------------
     # Calls, and what their failures mean.
@@ -265,16 +279,27 @@ class Client:
         self._failures = 0
         self._failing_since = None
         self._rejoins_in_a_row = 0
+        self._protocol_errors = 0
 
     def _call(self, fn: Callable[[], Any], what: str) -> Any:
         """Runs ``fn``; on a failure ``_mend`` mends, returns None (to be called
-        again). Raises for the rest."""
+        again). A download that breaks the contract (ProtocolError: a bad chunk, a
+        CRC mismatch) is made again after a backoff, up to MAX_REPEATED_ERRORS in a
+        row, as the C++ agent does with DATA_LOSS. Raises for the rest."""
         try:
             result = fn()
         except self._grpc.RpcError as e:
             if self._mend(e, what) is not None:
                 return None
             raise from_rpc_error(e, what) from None
+        except ProtocolError as e:
+            self._protocol_errors += 1
+            if self._protocol_errors >= MAX_REPEATED_ERRORS:
+                raise FedlearnError(
+                    f"{what}: {self._protocol_errors} broken downloads in a row: "
+                    f"{e.message}", e.code) from None
+            self._backoff(e)
+            return None
         self._succeeded()
         return result
 
@@ -362,18 +387,22 @@ class Client:
         weights: Optional[Reassembler] = None
         call = self._stub.RequestUpdate(request, metadata=self._metadata(),
                                         timeout=self._poll_wait + 120)
+        with self._call_lock:
+            self._poll_call = call
+        if self._stopping.is_set():
+            call.cancel()  # stop() came before the call was there to cancel
         try:
             for message in call:
                 if task is None:
                     first = time.perf_counter()
                     if not message.HasField("task"):
-                        raise FedlearnError(
+                        raise ProtocolError(
                             "RequestUpdate: the first message is not a task")
                     task = message.task
                     if task.type in (pb2.TASK_TYPE_TRAIN, pb2.TASK_TYPE_EVALUATE):
                         spec = self.joined.model
                         if task.num_tensors and task.num_tensors != len(spec.tensors):
-                            raise FedlearnError(
+                            raise ProtocolError(
                                 f"task announces {task.num_tensors} tensors, the model "
                                 f"has {len(spec.tensors)}")
                         weights = Reassembler(pb2, spec, self._buffers)
@@ -383,14 +412,17 @@ class Client:
         except BaseException:
             call.cancel()  # a bad stream ends the call now, not at its deadline
             raise
+        finally:
+            with self._call_lock:
+                self._poll_call = None
         if task is None:
-            raise FedlearnError("RequestUpdate: the first message is not a task")
+            raise ProtocolError("RequestUpdate: the first message is not a task")
         if weights is None:
             return task, None
         tensors = weights.finish()
         received = weights.received_bytes
         if task.payload_bytes and received != task.payload_bytes:
-            raise FedlearnError(f"received {received} payload bytes, the task "
+            raise ProtocolError(f"received {received} payload bytes, the task "
                                 f"announced {task.payload_bytes}")
         self.summary.bytes_received += received
         done = time.perf_counter()

@@ -325,6 +325,53 @@ class ClientTest(unittest.TestCase):
         results = [client._call(poll, "RequestUpdate") for _ in range(3)]
         self.assertEqual(results, [None, None, "task"])
 
+    def test_a_broken_download_is_made_again_a_few_times(self):
+        # A chunk that fails its checks (ProtocolError) ends that download; the poll
+        # is made again after a backoff, and only three in a row end run(), as the
+        # C++ agent's max_repeated_errors.
+        from fedlearn.errors import ProtocolError
+        client = fedlearn.Client("127.0.0.1:1", lambda w, p: (w, 1, {}),
+                                 max_backoff=0.01)
+        script = [ProtocolError("w: chunk CRC-32C mismatch")] * 2
+
+        def poll():
+            if script:
+                raise script.pop(0)
+            return "task"
+
+        self.assertEqual([client._call(poll, "RequestUpdate") for _ in range(3)],
+                         [None, None, "task"])
+        script = [ProtocolError("w: chunk CRC-32C mismatch")] * 3
+        self.assertIsNone(client._call(poll, "RequestUpdate"))
+        self.assertIsNone(client._call(poll, "RequestUpdate"))
+        with self.assertRaises(fedlearn.FedlearnError) as e:
+            client._call(poll, "RequestUpdate")
+        self.assertIn("3 broken downloads in a row", str(e.exception))
+
+    def test_stop_cancels_a_poll_under_way(self):
+        # A run that never starts (it needs two clients): the poll is held for the
+        # client's poll_wait of 60 s, and stop() must end run() long before that.
+        with Coordinator("--model=mlp_2nn", "--min_clients=2") as c:
+            client = fedlearn.Client(c.address, lambda w, p: (w, 1, {}), poll_wait=60)
+            ended = {}
+
+            def run():
+                try:
+                    client.run()
+                except fedlearn.FedlearnError as e:
+                    ended["error"] = e
+
+            thread = threading.Thread(target=run)
+            thread.start()
+            deadline = time.monotonic() + 30
+            while client._poll_call is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            self.assertIsNotNone(client._poll_call)
+            client.stop()
+            thread.join(15)
+            self.assertFalse(thread.is_alive())
+        self.assertEqual(ended["error"].code, grpc.StatusCode.CANCELLED)
+
     def test_wait_is_honoured(self):
         # One client of the two the run needs: each poll is held for the client's
         # poll_wait of 0.1 s, then answered WAIT with retry_after_ms 200, and the
