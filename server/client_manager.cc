@@ -25,15 +25,15 @@ absl::StatusOr<const Client*> ClientManager::Register(
                      " clients alive (--max_clients)"));
   }
   auto client = std::make_unique<Client>();
-  client->index = clients_.size();
-  client->id = absl::StrCat("client-", clients_.size() + 1);
+  client->index = next_index_++;
+  client->id = absl::StrCat("client-", client->index + 1);
   client->token = RandomHex(16);
   client->display_name = std::string(display_name);
   client->last_seen = now;
   Client* c = client.get();
   by_id_[c->id] = c;
   by_token_[c->token] = c;
-  clients_.push_back(std::move(client));
+  clients_.emplace(c->index, std::move(client));
   Index(c);
   return c;
 }
@@ -112,11 +112,15 @@ const Client* ClientManager::FindByToken(absl::string_view token) const {
 
 void ClientManager::Unindex(Client* client) {
   polling_.erase(client->index);
+  idle_all_.erase({client->last_seen, client->index});
   idle_ready_.erase({client->last_seen, client->index});
   idle_alive_.erase({client->last_seen, client->index});
 }
 
 void ClientManager::Index(Client* client) {
+  if (client->active_polls == 0) {
+    idle_all_.insert({client->last_seen, client->index});
+  }
   if (!client->replaced_by.empty()) return;
   if (client->active_polls > 0) {
     polling_.insert(client->index);
@@ -161,7 +165,7 @@ std::vector<std::string> ClientManager::Ready(absl::Time now) const {
   std::sort(ready.begin(), ready.end());
   std::vector<std::string> ids;
   ids.reserve(ready.size());
-  for (size_t index : ready) ids.push_back(clients_[index]->id);
+  for (size_t index : ready) ids.push_back(clients_.at(index)->id);
   return ids;
 }
 
@@ -192,6 +196,22 @@ std::vector<std::string> ClientManager::Sample(
   }
   candidates.resize(n);
   return candidates;
+}
+
+int ClientManager::Forget(absl::Time now) {
+  if (options_.forget_after == absl::InfiniteDuration()) return 0;
+  int forgotten = 0;
+  while (!idle_all_.empty() &&
+         now - idle_all_.begin()->first >= options_.forget_after) {
+    auto it = clients_.find(idle_all_.begin()->second);
+    Client* client = it->second.get();
+    Unindex(client);  // also from idle_all_
+    by_id_.erase(client->id);
+    by_token_.erase(client->token);
+    clients_.erase(it);
+    ++forgotten;
+  }
+  return forgotten;
 }
 
 void ClientManager::PollStarted(Client* client) {

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/btree_map.h"
 #include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -68,11 +69,18 @@ struct Client {
 // now under its lock); asked at an earlier time after a later one, a count
 // misses the clients dropped meanwhile until they are seen again.
 //
+// Forgetting. A client gone (or retired) for `forget_after` is dropped by
+// Forget: status no longer lists it, and its later calls fail NOT_FOUND
+// ("unknown client; join again"), on which agents join again. Ids are never
+// reused (the join order goes on counting), so the history still names it
+// unambiguously. What joins and leaves therefore costs memory only for
+// `forget_after`: at most (clients joining per second) x (client_timeout +
+// forget_after) records, whatever the run's length.
+//
 // Memory: one Client (about 200 bytes with its strings), two hash-index
-// entries and at most three set entries per joined client; clients are never
-// forgotten within a run, so ids stay unique and a run's history can name
-// them. Not thread-safe: the run controller calls it under its lock; nothing
-// here blocks or calls out.
+// entries and at most four set entries per remembered client. Not
+// thread-safe: the run controller calls it under its lock; nothing here
+// blocks or calls out.
 class ClientManager {
  public:
   struct Options {
@@ -82,13 +90,17 @@ class ClientManager {
     // Two heartbeat intervals by default: a client training heartbeats once
     // per interval, so it stays ready; one that missed two is not sampled.
     absl::Duration ready_window = absl::Seconds(10);
+    // A client not heard from for this long is forgotten by Forget
+    // (absl::InfiniteDuration(): never). At least client_timeout.
+    absl::Duration forget_after = absl::InfiniteDuration();
   };
   explicit ClientManager(Options options);
 
-  // Registers a new client seen at `now`. RESOURCE_EXHAUSTED when max_clients
-  // are alive already (gone and retired clients do not count, so a long run
-  // with churn is never locked out), unless it is `replacing` an alive one
-  // (Retirable: a restarted agent naming its old identity).
+  // Registers a new client seen at `now`. The pointer (as every Client* this
+  // returns) is valid until Forget drops the client. RESOURCE_EXHAUSTED when
+  // max_clients are alive already (gone and retired clients do not count, so a
+  // long run with churn is never locked out), unless it is `replacing` an alive
+  // one (Retirable: a restarted agent naming its old identity).
   absl::StatusOr<const Client*> Register(absl::string_view display_name,
                                          absl::Time now,
                                          const Client* replacing = nullptr);
@@ -145,11 +157,17 @@ class ClientManager {
   std::string SamplerState() const;
   absl::Status RestoreSampler(const std::string& state);
 
-  // Every client, in join order.
-  const std::vector<std::unique_ptr<Client>>& clients() const {
-    return clients_;
-  }
-  size_t size() const { return clients_.size(); }
+  // Drops the clients last heard from `forget_after` or longer before `now`
+  // and not holding a poll (gone or retired ones: forget_after is at least
+  // client_timeout), oldest first; returns how many. Amortised O(log n) per
+  // client dropped; a client is dropped once.
+  int Forget(absl::Time now);
+
+  // The clients remembered, by their index (join order).
+  using ByIndex = absl::btree_map<size_t, std::unique_ptr<Client>>;
+  const ByIndex& clients() const { return clients_; }
+  // Every client that joined the run, forgotten ones included.
+  size_t joined() const { return next_index_; }
 
  private:
   // Clients not holding a poll, by when they were last seen.
@@ -165,7 +183,11 @@ class ClientManager {
   static void Prune(ByTime* set, absl::Time now, absl::Duration window);
 
   const Options options_;
-  std::vector<std::unique_ptr<Client>> clients_;  // in join order
+  size_t next_index_ = 0;
+  ByIndex clients_;
+  // Every remembered client not holding a poll (gone, retired and hung-up
+  // ones included): what Forget drops from, oldest first.
+  ByTime idle_all_;
   absl::flat_hash_set<size_t> polling_;  // active_polls > 0, not retired
   // Not polling, not retired, and (idle_ready_) not hung up: entries may be
   // older than their window until the next query prunes them (mutable: pruning

@@ -109,6 +109,10 @@ absl::Status CoordinatorOptions::Validate() const {
     return Bad("poll_timeout", "must be > 0");
   if (client_timeout <= absl::ZeroDuration())
     return Bad("client_timeout", "must be > 0");
+  if (forget_after != absl::ZeroDuration() && forget_after < client_timeout) {
+    return Bad("forget_after",
+               "must be 0 (never) or at least --client_timeout");
+  }
   if (max_concurrent_updates < 1)
     return Bad("max_concurrent_updates", "must be at least 1");
   if (stall_timeout <= absl::ZeroDuration())

@@ -93,7 +93,10 @@ RunController::RunController(CoordinatorOptions options, ModelSpec spec,
       run_id_(RandomHex(8)),
       strategy_(std::move(strategy)),
       clients_({options_.max_clients, options_.client_timeout, options_.seed,
-                2 * options_.heartbeat_interval}),
+                2 * options_.heartbeat_interval,
+                options_.forget_after == absl::ZeroDuration()
+                    ? absl::InfiniteDuration()
+                    : options_.forget_after}),
       scheduler_(MakeScheduler(options_)),
       stop_(options_.max_rounds, options_.convergence_threshold),
       evaluation_(options_.tolerance, options_.eval_timeout),
@@ -347,7 +350,7 @@ absl::StatusOr<v1::JoinResponse> RunController::Join(
     response.set_session_token((*client)->token);
     Logf("round %d: %s joined (%s), %d clients", RoundLocked(), (*client)->id,
          request.display_name().empty() ? "unnamed" : request.display_name(),
-         clients_.size());
+         clients_.joined());
     if (clients_.Retire(request.previous_client_id(),
                         request.previous_session_token(), **client)) {
       // Its process is gone: whatever it was asked stays unanswered. It is
@@ -824,7 +827,7 @@ bool RunController::AwaitClientsDone(absl::Duration timeout) const {
   auto all_told = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (phase_ != v1::PHASE_DONE) return false;
     const absl::Time now = absl::Now();
-    for (const auto& client : clients_.clients()) {
+    for (const auto& [index, client] : clients_.clients()) {
       if (!client->told_done && clients_.IsAlive(*client, now)) return false;
     }
     return true;
@@ -868,6 +871,11 @@ absl::Time RunController::NextTimerLocked(absl::Time now) const {
 
 void RunController::RunTimersLocked(absl::Time now, Effects* effects) {
   AbsorbLocked(board_.Expire(now), now, effects);
+  if (const int forgotten = clients_.Forget(now); forgotten > 0) {
+    Logf("round %d: forgot %d client%s gone for %s or longer", RoundLocked(),
+         forgotten, forgotten == 1 ? "" : "s",
+         absl::FormatDuration(options_.forget_after));
+  }
   if (scheduler_->is_open() && now >= scheduler_->deadline()) {
     CloseStepLocked("abandoned", now, effects);
   }

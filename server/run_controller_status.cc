@@ -128,14 +128,14 @@ void RunController::StatusLocked(const ClientPage& page, RunCounters* counters,
   // Every client is counted, from the kept alive count and the open attempt's
   // clients (what a status costs grows with the attempt and the page, not
   // with every client joined); only the page's are listed.
-  const std::vector<std::unique_ptr<Client>>& all = clients_.clients();
+  const ClientManager::ByIndex& all = clients_.clients();
   auto is_alive = [this, now](const std::string& id)
                       ABSL_NO_THREAD_SAFETY_ANALYSIS {
                         const Client* c = clients_.Find(id);
                         return c != nullptr && clients_.IsAlive(*c, now);
                       };
   v1::ClientCounts* counts = status.mutable_client_counts();
-  const int joined = static_cast<int>(all.size());
+  const int joined = static_cast<int>(clients_.joined());
   const int alive = clients_.CountAlive(now);
   int num_evaluating = 0, num_training = 0;
   if (evaluating != nullptr) {
@@ -153,13 +153,11 @@ void RunController::StatusLocked(const ClientPage& page, RunCounters* counters,
   counts->set_evaluating(num_evaluating);
   counts->set_training(num_training);
   counts->set_ready(alive - num_evaluating - num_training);
-  const size_t page_end =
-      std::min(all.size(), page.offset + static_cast<size_t>(page.size));
-  if (page_end < all.size()) {
-    status.set_next_client_page_token(absl::StrCat(page_end));
-  }
-  for (size_t i = page.offset; i < page_end; ++i) {
-    const Client& c = *all[i];
+  // A page token is the join index to go on from: forgetting clients (or
+  // new ones joining) between two pages skips or repeats none.
+  auto it = all.lower_bound(page.offset);
+  for (int listed = 0; it != all.end() && listed < page.size; ++it, ++listed) {
+    const Client& c = *it->second;
     absl::string_view state = "ready";
     if (!clients_.IsAlive(c, now)) {
       state = "gone";
@@ -181,6 +179,9 @@ void RunController::StatusLocked(const ClientPage& page, RunCounters* counters,
     // Under DP a client's own norm is a statistic no noise covers.
     if (!strategy_.dp.enabled()) info->set_last_update_norm(c.last_update_norm);
     info->set_last_update_round(c.last_update_round);
+  }
+  if (it != all.end()) {
+    status.set_next_client_page_token(absl::StrCat(it->first));
   }
 }
 

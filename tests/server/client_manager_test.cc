@@ -31,7 +31,7 @@ TEST(ClientManagerTest, RegistersClientsWithIdsInJoinOrderAndSecretTokens) {
   EXPECT_EQ((*b)->id, "client-2");
   EXPECT_EQ((*a)->token.size(), 32u);
   EXPECT_NE((*a)->token, (*b)->token);
-  EXPECT_EQ(clients.size(), 2u);
+  EXPECT_EQ(clients.joined(), 2u);
 }
 
 TEST(ClientManagerTest, RefusesClientsPastTheMaximum) {
@@ -41,7 +41,7 @@ TEST(ClientManagerTest, RefusesClientsPastTheMaximum) {
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(refused.status().message(),
               HasSubstr("maximum of 1 clients alive"));
-  EXPECT_EQ(clients.size(), 1u);
+  EXPECT_EQ(clients.joined(), 1u);
 }
 
 // The maximum bounds the clients alive, not every client a long run has seen
@@ -67,7 +67,7 @@ TEST(ClientManagerTest, TheMaximumCountsClientsAliveNotEveryOneSeen) {
     ASSERT_TRUE(clients.Register(absl::StrCat("new-", i), later).ok()) << i;
   }
   EXPECT_FALSE(clients.Register("one too many", later).ok());
-  EXPECT_EQ(clients.size(), 5u);  // the gone are remembered (ids stay unique)
+  EXPECT_EQ(clients.joined(), 5u);  // the gone are remembered (ids stay unique)
 }
 
 TEST(ClientManagerTest, AuthorizeTellsMissingWrongAndForeignTokensApart) {
@@ -160,7 +160,7 @@ TEST(ClientManagerTest, CountsFollowEveryChangeOfEveryClient) {
   for (absl::Time t : {t2, t2 + absl::Seconds(9), t2 + absl::Seconds(19),
                        t2 + absl::Seconds(21)}) {
     int ready = 0, alive = 0;
-    for (const auto& c : clients.clients()) {
+    for (const auto& [index, c] : clients.clients()) {
       ready += clients.IsReady(*c, t) ? 1 : 0;
       alive += clients.IsAlive(*c, t) ? 1 : 0;
     }
@@ -216,6 +216,60 @@ TEST(ClientManagerTest, AReJoinWithThePreviousTokenRetiresTheOldIdentity) {
   EXPECT_THAT(s.message(), HasSubstr("client-1 was retired when it joined "
                                      "again as client-3"));
   EXPECT_FALSE(clients.Retire(old->id, old->token, *other));
+}
+
+TEST(ClientManagerTest, NothingIsForgottenWithoutForgetAfter) {
+  ClientManager clients(Small());
+  const Client* a = *clients.Register("a", t0);
+  EXPECT_EQ(clients.Forget(t0 + absl::Hours(24 * 365)), 0);
+  EXPECT_TRUE(clients.Authorize(a->id, a->token, t0 + absl::Hours(1)).ok());
+}
+
+TEST(ClientManagerTest, AClientGoneForForgetAfterIsForgottenAndMustJoinAgain) {
+  ClientManager::Options options = Small();
+  options.forget_after = absl::Minutes(10);
+  ClientManager clients(options);
+  const Client* gone = *clients.Register("gone", t0);
+  const std::string gone_id = gone->id, gone_token = gone->token;
+  Client* polling = *clients.Get((*clients.Register("polling", t0))->id);
+  clients.PollStarted(polling);
+  const Client* talking = *clients.Register("talking", t0);
+  const Client* old = *clients.Register("restarted", t0);
+  const Client* successor = *clients.Register("restarted", t0);
+  ASSERT_TRUE(clients.Retire(old->id, old->token, *successor));
+  const std::string old_id = old->id;
+
+  // Just short of forget_after nothing goes; the one that called since stays.
+  const absl::Time t1 = t0 + absl::Minutes(10) - absl::Milliseconds(1);
+  ASSERT_TRUE(clients.Authorize(talking->id, talking->token, t1).ok());
+  EXPECT_EQ(clients.Forget(t1), 0);
+  const absl::Time t2 = t0 + absl::Minutes(10);
+  // The silent one and the retired one go; the successor joined at t0 too.
+  EXPECT_EQ(clients.Forget(t2), 3);
+  EXPECT_EQ(clients.Forget(t2), 0);  // once
+  EXPECT_EQ(clients.Find(gone_id), nullptr);
+  EXPECT_EQ(clients.Find(old_id), nullptr);
+  EXPECT_EQ(clients.FindByToken(gone_token), nullptr);
+  absl::Status s = clients.Authorize(gone_id, gone_token, t2);
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(s.message(), HasSubstr("join again"));
+  // A client holding a poll is never forgotten, however long it holds it.
+  EXPECT_EQ(clients.Forget(t0 + absl::Hours(5)), 1);  // `talking`
+  EXPECT_TRUE(clients.Authorize(polling->id, polling->token, t2).ok());
+  EXPECT_THAT(clients.Ready(t0 + absl::Hours(5)), ElementsAre(polling->id));
+  // Ids are never reused, and joined() still counts every join.
+  const Client* next = *clients.Register("next", t0 + absl::Hours(5));
+  EXPECT_EQ(next->id, "client-6");
+  EXPECT_EQ(clients.joined(), 6u);
+  EXPECT_EQ(clients.clients().size(), 2u);  // `polling` and `next`
+  EXPECT_EQ(clients.CountAlive(t0 + absl::Hours(5)), 2);
+  // Its poll answered, the long-polling client is idle from then on, and
+  // forgotten forget_after later.
+  clients.PollAnswered(polling, t0 + absl::Hours(5));
+  EXPECT_EQ(clients.Forget(t0 + absl::Hours(5) + absl::Minutes(10)), 2);
+  EXPECT_TRUE(clients.clients().empty());
+  EXPECT_EQ(clients.CountAlive(t0 + absl::Hours(5) + absl::Minutes(10)), 0);
+  EXPECT_EQ(clients.CountReady(t0 + absl::Hours(5) + absl::Minutes(10)), 0);
 }
 
 TEST(ClientManagerTest, SamplingIsSeededAndIgnoresJoinOrder) {

@@ -776,6 +776,54 @@ TEST_F(CoordinatorServiceTest, GetStatusPagesTheClientListAndCountsThemAll) {
   EXPECT_EQ(reply.client_counts().joined(), 250);
 }
 
+// Clients gone for --forget_after leave the status and must join again, so
+// that clients joining and leaving cost memory for that long only; a page
+// token taken before they went still pages on from where it left off.
+TEST_F(CoordinatorServiceTest, ForgottenClientsLeaveTheListAndMustJoinAgain) {
+  CoordinatorOptions o = SmallRun();
+  o.min_clients = 1000;  // nobody trains
+  o.client_timeout = absl::Milliseconds(300);
+  o.forget_after = absl::Milliseconds(600);
+  Start(o);
+  auto clients = JoinAll(4);  // 0 and 1 fall silent, 2 and 3 heartbeat
+  auto stub = v1::Coordinator::NewStub(channel_);
+  auto get = [&](int size, const std::string& token) {
+    grpc::ClientContext context;
+    v1::GetStatusRequest request;
+    request.set_client_page_size(size);
+    request.set_client_page_token(token);
+    v1::GetStatusResponse reply;
+    EXPECT_TRUE(stub->GetStatus(&context, request, &reply).ok());
+    return reply;
+  };
+  const std::string token = get(1, "").next_client_page_token();
+  ASSERT_FALSE(token.empty());  // from clients[1] on
+
+  v1::GetStatusResponse reply;
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  do {
+    for (int i : {2, 3}) ASSERT_TRUE(clients[i]->Heartbeat({}).ok());
+    absl::SleepFor(absl::Milliseconds(100));
+    reply = get(10, "");
+  } while (reply.clients_size() > 2 && absl::Now() < give_up);
+  ASSERT_EQ(reply.clients_size(), 2);
+  EXPECT_EQ(reply.clients(0).client_id(), clients[2]->client_id());
+  EXPECT_EQ(reply.clients(1).client_id(), clients[3]->client_id());
+  EXPECT_EQ(reply.client_counts().joined(), 4);  // forgotten ones included
+  EXPECT_EQ(reply.client_counts().gone(), 2);
+  EXPECT_EQ(reply.client_counts().ready(), 2);
+  // The old token resumes at the first client still remembered after it.
+  reply = get(1, token);
+  ASSERT_EQ(reply.clients_size(), 1);
+  EXPECT_EQ(reply.clients(0).client_id(), clients[2]->client_id());
+
+  // A forgotten client's call is told to join again; its id is not reused.
+  absl::StatusOr<v1::HeartbeatResponse> beat = clients[0]->Heartbeat({});
+  EXPECT_EQ(beat.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(beat.status().message(), HasSubstr("join again"));
+  EXPECT_EQ(Join()->client_id(), "client-5");
+}
+
 // GetStatus carries the latest records of the history (100 by default, at
 // most 10000) and counts them all, so that a long run's status stays small.
 TEST_F(CoordinatorServiceTest, GetStatusCarriesTheLatestHistoryAndCountsIt) {

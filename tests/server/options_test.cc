@@ -49,5 +49,18 @@ TEST(CoordinatorOptionsTest, AsyncFlagsAreChecked) {
   EXPECT_THAT(o.Validate().message(), HasSubstr("--max_staleness"));
 }
 
+TEST(CoordinatorOptionsTest, ForgetAfterIsNeverOrAtLeastTheClientTimeout) {
+  CoordinatorOptions o;
+  EXPECT_TRUE(o.Validate().ok());         // 10 minutes against 20 s
+  o.forget_after = absl::ZeroDuration();  // never
+  EXPECT_TRUE(o.Validate().ok());
+  o.forget_after = o.client_timeout;
+  EXPECT_TRUE(o.Validate().ok());
+  o.forget_after = o.client_timeout - absl::Milliseconds(1);
+  EXPECT_THAT(o.Validate().message(),
+              HasSubstr("--forget_after: must be 0 (never) or at least "
+                        "--client_timeout"));
+}
+
 }  // namespace
 }  // namespace fedlearn
