@@ -42,6 +42,10 @@ ABSL_FLAG(bool, encode_once, true,
           "send those; false: every push encodes its update as "
           "CoordinatorClient::PushUpdate does (a CRC-32C and a copy per chunk "
           "more on this process)");
+ABSL_FLAG(int, warmup_rounds, 0,
+          "rounds every client pushes before the timed one (the coordinator "
+          "needs --max_rounds of at least this plus one): the first round "
+          "also pays the coordinator's first touch of its receive buffers");
 ABSL_FLAG(bool, transfer_report, false,
           "print one JSON line of the seconds polls waited for their task's "
           "header, downloads took (header to verified weights) and uploads "
@@ -147,7 +151,10 @@ int Run() {
       std::fflush(stdout);
       std::_Exit(1);
     }
-    bool trained = false;
+    // The TRAIN tasks this client has had; the one after the warm-up rounds
+    // is timed between the two barriers.
+    int trained_rounds = 0;
+    const int timed_round = absl::GetFlag(FLAGS_warmup_rounds) + 1;
     for (;;) {
       const absl::Time polled = absl::Now();
       auto task = client.RequestUpdate(absl::Seconds(10));
@@ -156,7 +163,7 @@ int Run() {
         std::fprintf(stderr, "%s: poll: %s\n", client.client_id().c_str(),
                      task.status().ToString().c_str());
         ++failures;
-        if (!trained) {
+        if (trained_rounds < timed_round) {
           weights_in_hand.ArriveAndWait();
           all_pushed.ArriveAndWait();
         }
@@ -174,9 +181,8 @@ int Run() {
                 index % 7, client.spec(),
                 static_cast<size_t>(absl::GetFlag(FLAGS_chunk_bytes)));
           }
-          const bool first = !trained;
-          if (first) weights_in_hand.ArriveAndWait();
-          trained = true;
+          const bool timed = ++trained_rounds == timed_round;
+          if (timed) weights_in_hand.ArriveAndWait();
           const absl::Time start = absl::Now();
           v1::UpdateHeader header;
           header.set_round(task->task.round());
@@ -189,10 +195,10 @@ int Run() {
             std::fprintf(stderr, "%s: push: %s\n", client.client_id().c_str(),
                          pushed.status().ToString().c_str());
             ++failures;
-          } else {
+          } else if (timed) {
             pushed_bytes += static_cast<int64_t>(delta.size() * sizeof(float));
           }
-          {
+          if (timed) {
             absl::MutexLock lock(&mu);
             first_push = std::min(first_push, start);
             last_push = std::max(last_push, end);
@@ -205,7 +211,7 @@ int Run() {
             uploaded += static_cast<int64_t>(delta.size() * 4);
             ++tasks;
           }
-          if (first) all_pushed.ArriveAndWait();
+          if (timed) all_pushed.ArriveAndWait();
           break;
         }
         case v1::TASK_TYPE_EVALUATE: {
