@@ -34,7 +34,7 @@ struct Client {
   // its poll) and it has not called since: not ready, whatever last_seen says.
   bool hung_up = false;
   // It joined again (JoinRequest.previous_client_id) as `replaced_by`: gone
-  // for good, its id kept so that the history can still name it.
+  // for good; until it is forgotten, its calls are told who replaced it.
   std::string replaced_by;
   bool told_done = false;
   // Progress from its heartbeats.
@@ -77,8 +77,9 @@ struct Client {
 // `forget_after`: at most (clients joining per second) x (client_timeout +
 // forget_after) records, whatever the run's length.
 //
-// Memory: one Client (about 200 bytes with its strings), two hash-index
-// entries and at most four set entries per remembered client. Not
+// Memory: one Client with its strings, two hash-index entries and at most
+// four set entries per remembered client, about 570 bytes in all (README,
+// "Forgotten"). Not
 // thread-safe: the run controller calls it under its lock; nothing here
 // blocks or calls out.
 class ClientManager {
