@@ -46,6 +46,8 @@ absl::StatusOr<int> CreateTempFile(const std::string& path, int mode,
   }
 }
 
+}  // namespace
+
 absl::Status SyncDirectory(const std::string& path) {
   std::string dir = std::filesystem::path(path).parent_path().string();
   if (dir.empty()) dir = ".";
@@ -60,8 +62,6 @@ absl::Status SyncDirectory(const std::string& path) {
   }
   return absl::OkStatus();
 }
-
-}  // namespace
 
 ScopedFd::~ScopedFd() {
   if (fd_ >= 0) ::close(fd_);

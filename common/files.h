@@ -42,6 +42,10 @@ absl::Status WriteFileAtomically(const std::string& path,
                                  absl::Span<const absl::string_view> parts,
                                  int mode = 0666);
 
+// fsyncs the directory that holds `path`, so that `path`'s entry in it (a
+// file or directory just made or renamed there) survives a crash.
+absl::Status SyncDirectory(const std::string& path);
+
 // The whole file. NOT_FOUND when it does not exist; other errno-derived codes.
 absl::StatusOr<std::string> ReadFileToString(const std::string& path);
 

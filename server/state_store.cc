@@ -9,6 +9,7 @@
 #include <map>
 #include <system_error>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -61,10 +62,27 @@ void RemoveOthers(const std::string& dir, absl::string_view prefix,
 
 absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(std::string dir) {
   std::error_code error;
+  // The directories about to be made, deepest first: each one's entry in its
+  // parent is fsynced once it exists, so that a crash after the first save
+  // cannot lose the directory that save went into.
+  std::vector<std::filesystem::path> missing;
+  std::filesystem::path level =
+      std::filesystem::absolute(dir, error).lexically_normal();
+  if (!level.has_filename()) level = level.parent_path();
+  while (!error && level.has_relative_path() &&
+         !std::filesystem::exists(level, error)) {
+    missing.push_back(level);
+    level = level.parent_path();
+  }
   std::filesystem::create_directories(dir, error);
   if (error) {
     return absl::ErrnoToStatus(
         error.value(), absl::StrCat("--state_dir: cannot create ", dir));
+  }
+  for (const std::filesystem::path& made : missing) {
+    if (absl::Status s = SyncDirectory(made.string()); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("--state_dir: ", s.message()));
+    }
   }
   if (!std::filesystem::is_directory(dir, error)) {
     return absl::FailedPreconditionError(

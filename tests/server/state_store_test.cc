@@ -76,6 +76,20 @@ TEST(StateStoreTest, EmptyDirectoryHoldsNoRun) {
   EXPECT_FALSE(loaded->has_value());
 }
 
+TEST(StateStoreTest, MissingDirectoriesAreMadeAndABadPathNamesTheFlag) {
+  ScopedTempDir dir;
+  const std::string nested = dir.path().string() + "/a/b/state/";
+  ASSERT_TRUE(StateStore::Open(nested).ok());
+  EXPECT_TRUE(std::filesystem::is_directory(nested));
+  // Under a regular file no directory can be made.
+  const std::string file = dir.path().string() + "/file";
+  { std::ofstream(file) << "x"; }
+  auto refused = StateStore::Open(file + "/state");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("--state_dir: cannot create " + file + "/state"));
+}
+
 TEST(StateStoreTest, SavedRunComesBackBitForBit) {
   ScopedTempDir dir;
   auto store = StateStore::Open(dir.path().string());
