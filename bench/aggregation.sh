@@ -44,13 +44,16 @@ print(f"{fold / read:.2f}")
 PY
 )
 
-peak_rss() {  # clients strategy [flag...] -> peak RSS of the coordinator in MB
-  local clients=$1 strategy=$2 log="$tmp/coordinator-$1-$2.log"
-  shift 2
+# Runs a mnist_cnn coordinator (log $1, then its flags) and bench/push_load against it
+# (push_load's flags after `--`); prints push_load's report line.
+coordinator_and_load() {
+  local log=$1
+  shift
+  local flags=()
+  while [ "$1" != -- ]; do flags+=("$1"); shift; done
+  shift
   "$build/server/fedlearn-coordinator" --port=0 --bind=127.0.0.1 --http_port=0 --model=mnist_cnn \
-    --min_clients="$clients" --clients_per_round="$clients" --tolerance=0 --max_rounds=1 \
-    --round_timeout=5m --eval_timeout=5m --done_grace=30s --strategy="$strategy" \
-    --aggregation_spill_dir="$tmp" "$@" 2>"$log" &
+    --tolerance=0 --round_timeout=5m --eval_timeout=5m --done_grace=30s "${flags[@]}" 2>"$log" &
   coordinator_pid=$!
   local port=""
   for _ in $(seq 1 100); do
@@ -59,31 +62,25 @@ peak_rss() {  # clients strategy [flag...] -> peak RSS of the coordinator in MB
     sleep 0.1
   done
   [ -n "$port" ] || { echo "coordinator did not start:" >&2; cat "$log" >&2; exit 1; }
-  "$build/bench/push_load" --coordinator="127.0.0.1:$port" --clients="$clients" >&2
+  "$build/bench/push_load" --coordinator="127.0.0.1:$port" "$@"
   wait "$coordinator_pid"
   coordinator_pid=""
+}
+
+peak_rss() {  # clients strategy [flag...] -> peak RSS of the coordinator in MB
+  local clients=$1 strategy=$2 log="$tmp/coordinator-$1-$2.log"
+  shift 2
+  coordinator_and_load "$log" --min_clients="$clients" --clients_per_round="$clients" \
+    --max_rounds=1 --strategy="$strategy" --aggregation_spill_dir="$tmp" "$@" \
+    -- --clients="$clients" >&2
   grep -o 'peak RSS [0-9.]* MB' "$log" | awk '{print $3}'
 }
 
 ingest() {  # warm-up rounds -> GB/s of the timed round
-  local warmup=$1 log="$tmp/coordinator-ingest.log"
-  "$build/server/fedlearn-coordinator" --port=0 --bind=127.0.0.1 --http_port=0 --model=mnist_cnn \
-    --min_clients=100 --clients_per_round=100 --tolerance=0 --max_rounds=$((warmup + 1)) \
-    --convergence_threshold=-inf --round_timeout=5m --eval_timeout=5m --done_grace=30s \
-    2>"$log" &
-  coordinator_pid=$!
-  local port=""
-  for _ in $(seq 1 100); do
-    port=$(sed -n 's/.*listening on .* (port \([0-9]*\)).*/\1/p' "$log")
-    [ -n "$port" ] && break
-    sleep 0.1
-  done
-  [ -n "$port" ] || { echo "coordinator did not start:" >&2; cat "$log" >&2; exit 1; }
-  local line
-  line=$("$build/bench/push_load" --coordinator="127.0.0.1:$port" --clients=100 \
-    --warmup_rounds="$warmup")
-  wait "$coordinator_pid"
-  coordinator_pid=""
+  local warmup=$1 line
+  line=$(coordinator_and_load "$tmp/coordinator-ingest.log" --min_clients=100 \
+    --clients_per_round=100 --max_rounds=$((warmup + 1)) --convergence_threshold=-inf \
+    -- --clients=100 --warmup_rounds="$warmup")
   echo "$line" >&2
   echo "$line" | sed -n 's/.*(\([0-9.]*\) GB\/s).*/\1/p'
 }
