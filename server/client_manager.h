@@ -79,9 +79,8 @@ struct Client {
 //
 // Memory: one Client with its strings, two hash-index entries and at most
 // four set entries per remembered client, about 570 bytes in all (README,
-// "Forgotten"). Not
-// thread-safe: the run controller calls it under its lock; nothing here
-// blocks or calls out.
+// "Forgotten"). Not thread-safe: the run controller calls it under its lock;
+// nothing here blocks or calls out.
 class ClientManager {
  public:
   struct Options {

@@ -109,7 +109,7 @@ absl::Status CoordinatorOptions::Validate() const {
     return Bad("poll_timeout", "must be > 0");
   if (client_timeout <= absl::ZeroDuration())
     return Bad("client_timeout", "must be > 0");
-  if (forget_after != absl::ZeroDuration() && forget_after < client_timeout) {
+  if (ForgetAfter() < client_timeout) {
     return Bad("forget_after",
                "must be 0 (never) or at least --client_timeout");
   }

@@ -49,6 +49,12 @@ struct CoordinatorOptions {
     return async_mixing > 0 ? async_mixing : 1.0 / min_clients;
   }
 
+  // forget_after, with 0 resolved to never (absl::InfiniteDuration()).
+  absl::Duration ForgetAfter() const {
+    return forget_after == absl::ZeroDuration() ? absl::InfiniteDuration()
+                                                : forget_after;
+  }
+
   // --grpc_memory in bytes, "auto" resolved to 256 MiB for the transfers
   // under way plus 16 KiB per --max_clients for the idle connections (a quota
   // of 64 MiB filled at 7,326 idle clients): README, "Many clients".

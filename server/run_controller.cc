@@ -93,10 +93,7 @@ RunController::RunController(CoordinatorOptions options, ModelSpec spec,
       run_id_(RandomHex(8)),
       strategy_(std::move(strategy)),
       clients_({options_.max_clients, options_.client_timeout, options_.seed,
-                2 * options_.heartbeat_interval,
-                options_.forget_after == absl::ZeroDuration()
-                    ? absl::InfiniteDuration()
-                    : options_.forget_after}),
+                2 * options_.heartbeat_interval, options_.ForgetAfter()}),
       scheduler_(MakeScheduler(options_)),
       stop_(options_.max_rounds, options_.convergence_threshold),
       evaluation_(options_.tolerance, options_.eval_timeout),

@@ -33,9 +33,11 @@
 
 namespace fedlearn {
 
-// Which clients a status lists: `size` of them in join order from `offset`.
+// Which clients a status lists: `size` of those remembered, in join order,
+// from join index `first_index` on (a page token is that index, so clients
+// forgotten between two pages make neither skip nor repeat one).
 struct ClientPage {
-  size_t offset = 0;
+  size_t first_index = 0;
   int size = 100;
 };
 

@@ -25,8 +25,8 @@ absl::StatusOr<ClientPage> ParseClientPage(int64_t size,
   ClientPage page;
   page.size =
       size == 0 ? kDefault : static_cast<int>(std::min<int64_t>(size, kMax));
-  if (!token.empty() && (!absl::SimpleAtoi(token, &page.offset) ||
-                         absl::StrCat(page.offset) != token)) {
+  if (!token.empty() && (!absl::SimpleAtoi(token, &page.first_index) ||
+                         absl::StrCat(page.first_index) != token)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "client_page_token \"", token, "\" is not one a status reply gave"));
   }
@@ -153,9 +153,7 @@ void RunController::StatusLocked(const ClientPage& page, RunCounters* counters,
   counts->set_evaluating(num_evaluating);
   counts->set_training(num_training);
   counts->set_ready(alive - num_evaluating - num_training);
-  // A page token is the join index to go on from: forgetting clients (or
-  // new ones joining) between two pages skips or repeats none.
-  auto it = all.lower_bound(page.offset);
+  auto it = all.lower_bound(page.first_index);
   for (int listed = 0; it != all.end() && listed < page.size; ++it, ++listed) {
     const Client& c = *it->second;
     absl::string_view state = "ready";
