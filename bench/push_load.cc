@@ -1,8 +1,9 @@
 // push_load: N clients in one process, each with its own connection, that join
 // a coordinator, take their TRAIN task, wait until every one of them has its
 // weights, then push their updates all at once; then, once every push is
-// answered, evaluate and exit on DONE. It is the load for the coordinator's
-// memory and ingest benchmark (bench/aggregation.sh).
+// answered, evaluate and exit on DONE. With --warmup_rounds, that many rounds
+// are pushed first, untimed and without the barriers. It is the load for the
+// coordinator's memory and ingest benchmark (bench/aggregation.sh).
 //
 // The load shares the machine's cores with the coordinator, so it does as
 // little as a client can: the clients' updates are seven shared vectors, not
