@@ -15,13 +15,7 @@ import time
 
 import grpc
 
-
-def rss_kb(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise RuntimeError(f"no VmRSS for pid {pid}")
+from join_flood import rss_kb  # beside this script
 
 
 def varint(v):
