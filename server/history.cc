@@ -1,11 +1,18 @@
 #include "server/history.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cstddef>
+#include <limits>
 #include <utility>
 
 namespace fedlearn {
 namespace {
+
+// Records are packed into blocks of this size; one larger than a quarter of
+// it (a round of more than about 1,300 clients) gets a block of its own, so
+// that a block's unused tail stays under a quarter of it.
+constexpr size_t kBlockSize = size_t{64} << 10;
 
 void Count(Rejection reason, v1::RejectionCounts* r) {
   switch (reason) {
@@ -41,17 +48,47 @@ void History::Reject(Rejection reason) {
 }
 
 void History::Record::CopyTo(v1::RoundRecord* out, bool client_ids) const {
-  *out = *summary_;
-  if (client_ids) out->MergeFrom(*ids_);  // adds the two lists, nothing else
+  // Written by Append from a valid message: parsing cannot fail.
+  const bool parsed =
+      out->ParseFromArray(data_, client_ids ? size_ : summary_size_);
+  assert(parsed);
+  (void)parsed;
+}
+
+char* History::Reserve(size_t size, Record* record) {
+  if (size > kBlockSize / 4) {
+    // Its own block; the open one stays open for the records after it.
+    std::shared_ptr<char[]> own(new char[size]);
+    char* data = own.get();
+    record->block_ = std::move(own);
+    return data;
+  }
+  if (block_ == nullptr || kBlockSize - block_used_ < size) {
+    block_.reset(new char[kBlockSize]);
+    block_used_ = 0;
+  }
+  char* data = block_.get() + block_used_;
+  block_used_ += size;
+  record->block_ = block_;
+  return data;
 }
 
 void History::Append(v1::RoundRecord record) {
-  auto ids = std::make_shared<v1::RoundRecord>();
-  ids->mutable_selected_clients()->Swap(record.mutable_selected_clients());
-  ids->mutable_accepted_clients()->Swap(record.mutable_accepted_clients());
+  v1::RoundRecord ids;
+  ids.mutable_selected_clients()->Swap(record.mutable_selected_clients());
+  ids.mutable_accepted_clients()->Swap(record.mutable_accepted_clients());
+  const size_t summary_size = record.ByteSizeLong();
+  const size_t size = summary_size + ids.ByteSizeLong();
+  // A record is bounded by the clients of a round (--max_clients ids).
+  assert(size <= std::numeric_limits<uint32_t>::max());
   Record kept;
-  kept.summary_ = std::make_shared<const v1::RoundRecord>(std::move(record));
-  kept.ids_ = std::move(ids);
+  char* data = Reserve(size, &kept);
+  record.SerializeWithCachedSizesToArray(reinterpret_cast<uint8_t*>(data));
+  ids.SerializeWithCachedSizesToArray(
+      reinterpret_cast<uint8_t*>(data + summary_size));
+  kept.data_ = data;
+  kept.size_ = static_cast<uint32_t>(size);
+  kept.summary_size_ = static_cast<uint32_t>(summary_size);
   records_.push_back(std::move(kept));
 }
 

@@ -5,6 +5,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "fedlearn/v1/coordinator.pb.h"
 #include "server/metrics.h"
 
@@ -25,14 +26,18 @@ enum class Rejection {
 // training round (async mode: per model version) and evaluation attempt, the
 // run's counters and byte totals, and the rejections of the attempt now open.
 // Records are immutable once appended and shared: a status or a save takes the
-// pointers it needs under the controller's lock (a pointer per record) and
-// copies the records after releasing it, so neither holds the lock for a
+// handles it needs under the controller's lock (a pointer per record) and
+// parses the records after releasing it, so neither holds the lock for a
 // time that grows with the run.
-// Memory: a RoundRecord per attempt, a few hundred bytes plus its client ids
-// (about 25 bytes each: 25 KB for a round of 1,000 clients), kept apart from
-// the rest so that a status that does not ask for them copies none; 10,000
-// async versions are a few MB. Not thread-safe: the run controller
-// serialises.
+// Memory: a record is kept serialized, its summary then its client ids, packed
+// into 64 KiB blocks that are never freed while a handle names them: its wire
+// size (about 100 bytes plus about 12 per client id: 300 bytes for a round of
+// 10 clients, 12 KB for one of 1,000) and 32 bytes of index, so 10,000 async
+// versions are a few MB. Kept as parsed messages, each record was about
+// 1.5 KB in a score of small allocations that, made among a round's
+// short-lived buffers on gRPC's threads, kept malloc from reusing their
+// neighbourhood: a long run's RSS grew by about 6 KB a round (README, "Many
+// clients"). Not thread-safe: the run controller serialises.
 class History {
  public:
   // A new attempt opens: its rejection counts start at zero.
@@ -44,17 +49,25 @@ class History {
   }
 
   // A record as kept: immutable, shared by every status and save that takes
-  // it.
+  // it; it keeps its block alive.
   class Record {
    public:
     // The record as appended; without its selected_clients and
     // accepted_clients unless `client_ids`.
     void CopyTo(v1::RoundRecord* out, bool client_ids) const;
+    // The record's wire form, client ids included: a RoundRecord's, for
+    // writing it out without parsing it.
+    absl::string_view wire() const { return {data_, size_}; }
 
    private:
     friend class History;
-    std::shared_ptr<const v1::RoundRecord> summary_;  // without the ids
-    std::shared_ptr<const v1::RoundRecord> ids_;      // only the ids
+    std::shared_ptr<const char[]> block_;
+    // The record's wire form: the summary's `summary_size` bytes, then the
+    // ids' (a message's wire form followed by another's parses as the two
+    // merged).
+    const char* data_ = nullptr;
+    uint32_t size_ = 0;
+    uint32_t summary_size_ = 0;
   };
   void Append(v1::RoundRecord record);
   // The latest `n` records (all of them when there are fewer), oldest first.
@@ -75,7 +88,14 @@ class History {
                int64_t bytes_received);
 
  private:
+  // Room for `size` bytes of a record, in the open block or a new one, which
+  // `record` then holds.
+  char* Reserve(size_t size, Record* record);
+
   std::vector<Record> records_;
+  // The block records are appended to, and how much of it is taken.
+  std::shared_ptr<char[]> block_;
+  size_t block_used_ = 0;
   RunCounters counters_;
   v1::RejectionCounts attempt_rejected_;
   int64_t bytes_sent_ = 0;

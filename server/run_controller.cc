@@ -233,9 +233,8 @@ std::function<void()> RunController::SaveLocked() {
   s.set_model_round(version_);
   s.set_mode(std::string(scheduler_->mode()));
   s.set_strategy(strategy_.name);
-  // The records are copied into the state by the save, outside the lock.
-  std::vector<History::Record> records =
-      history_.Latest(std::numeric_limits<size_t>::max());
+  // A handle per record: the save writes their bytes, outside the lock.
+  run.records = history_.Latest(std::numeric_limits<size_t>::max());
   if (const std::optional<double> loss = stop_.previous_loss(); loss) {
     s.set_has_previous_train_loss(true);
     s.set_previous_train_loss(*loss);
@@ -250,10 +249,7 @@ std::function<void()> RunController::SaveLocked() {
   privacy_.Save(&s);
   run.weights = global_;
   run.optimizer = strategy_.optimizer->State();
-  return [this, run = std::move(run), records = std::move(records)]() mutable {
-    for (const History::Record& record : records) {
-      record.CopyTo(run.state.add_history(), /*client_ids=*/true);
-    }
+  return [this, run = std::move(run)]() {
     if (absl::Status saved = store_->Save(spec_, run); !saved.ok()) {
       Logf("round %d: the run could not be saved: %s", run.state.round(),
            saved.ToString());

@@ -17,11 +17,44 @@
 #include "common/files.h"
 #include "common/safetensors.h"
 #include "common/status_macros.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 
 namespace fedlearn {
 namespace {
 
 constexpr char kStateFile[] = "state.binpb";
+
+// `state`'s wire form followed by each of `records` as an element of its
+// history: a repeated field's elements may come anywhere in a message, so the
+// file parses as `state` with the records appended to its history.
+std::string WithRecords(const v1::CoordinatorState& state,
+                        const std::vector<History::Record>& records) {
+  using google::protobuf::io::CodedOutputStream;
+  // Field `history`, length-delimited (wire type 2).
+  constexpr uint32_t kTag =
+      (v1::CoordinatorState::kHistoryFieldNumber << 3) | 2;
+  size_t size = state.ByteSizeLong();
+  for (const History::Record& record : records) {
+    const size_t n = record.wire().size();
+    size += CodedOutputStream::VarintSize32(kTag) +
+            CodedOutputStream::VarintSize32(static_cast<uint32_t>(n)) + n;
+  }
+  std::string bytes;
+  bytes.reserve(size);
+  state.AppendToString(&bytes);
+  {
+    google::protobuf::io::StringOutputStream stream(&bytes);
+    CodedOutputStream out(&stream);
+    for (const History::Record& record : records) {
+      const absl::string_view wire = record.wire();
+      out.WriteTag(kTag);
+      out.WriteVarint32(static_cast<uint32_t>(wire.size()));
+      out.WriteRaw(wire.data(), static_cast<int>(wire.size()));
+    }
+  }
+  return bytes;
+}
 
 std::string ModelFileName(int64_t round) {
   return absl::StrFormat("model-%06d.safetensors", round);
@@ -188,7 +221,9 @@ absl::StatusOr<std::optional<SavedRun>> StateStore::Load(
 absl::Status StateStore::Save(const ModelSpec& spec, const SavedRun& run) {
   absl::MutexLock lock(&mu_);
   const v1::CoordinatorState& state = run.state;
-  if (state.history_size() < saved_history_) return absl::OkStatus();
+  const int64_t history_size =
+      state.history_size() + static_cast<int64_t>(run.records.size());
+  if (history_size < saved_history_) return absl::OkStatus();
   const std::string model_file = ModelFileName(state.model_round());
   const std::string model_path = absl::StrCat(dir_, "/", model_file);
   // The model changes once a round; a file left by another process (or run)
@@ -232,11 +267,11 @@ absl::Status StateStore::Save(const ModelSpec& spec, const SavedRun& run) {
     }
     to_write.set_optimizer_file(optimizer_file);
   }
-  const std::string bytes = to_write.SerializeAsString();
+  const std::string bytes = WithRecords(to_write, run.records);
   const absl::string_view parts[] = {bytes};
   FEDLEARN_RETURN_IF_ERROR(
       WriteFileAtomically(absl::StrCat(dir_, "/", kStateFile), parts));
-  saved_history_ = state.history_size();
+  saved_history_ = history_size;
   // Older files are no longer named by the state: remove them.
   RemoveOthers(dir_, "model-", model_file);
   RemoveOthers(dir_, "optimizer-", optimizer_file);

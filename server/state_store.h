@@ -14,6 +14,7 @@
 #include "common/files.h"
 #include "common/model_spec.h"
 #include "fedlearn/v1/state.pb.h"
+#include "server/history.h"
 #include "server/strategy/server_optimizer.h"
 
 namespace fedlearn {
@@ -22,6 +23,10 @@ namespace fedlearn {
 // state.model_round() and the server optimizer's state after it.
 struct SavedRun {
   v1::CoordinatorState state;
+  // Written as the state's history after the records state.history() holds,
+  // as they are kept: a save copies their bytes and parses none of them.
+  // Load returns every record in state.history().
+  std::vector<History::Record> records;
   std::shared_ptr<const std::vector<float>> weights;
   OptimizerState optimizer;
 };

@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "fedlearn/v1/coordinator.pb.h"
 #include "gtest/gtest.h"
 
@@ -88,6 +89,43 @@ TEST(HistoryTest, TakenRecordsOutliveLaterAppendsAndRestores) {
   EXPECT_EQ(Copy(taken[0]).SerializeAsString(), first);
   EXPECT_EQ(Rounds(taken), (std::vector<int64_t>{1, 2}));
   EXPECT_EQ(Rounds(history.Latest(10)), (std::vector<int64_t>{7}));
+}
+
+// Records are packed into shared blocks, and a large one (a round of thousands
+// of clients) gets a block of its own: every record reads back as appended,
+// with or without its ids, and a handle keeps its record readable after the
+// history is gone.
+TEST(HistoryTest, RecordsOfEverySizeReadBackAsAppendedAndOutliveTheHistory) {
+  std::vector<v1::RoundRecord> appended;
+  std::vector<History::Record> taken;
+  {
+    History history;
+    for (int64_t r = 1; r <= 600; ++r) {
+      v1::RoundRecord record = Round(r);
+      record.set_outcome("quorum");
+      record.set_duration_seconds(1.0 / static_cast<double>(r));
+      // Rounds 100 and 400 select 5,000 clients: about 90 KB of ids.
+      const int clients = r % 300 == 100 ? 5000 : static_cast<int>(r % 20);
+      for (int c = 0; c < clients; ++c) {
+        record.add_selected_clients(absl::StrCat("client-", c));
+        if (c % 2 == 0) record.add_accepted_clients(absl::StrCat("client-", c));
+      }
+      history.Append(record);
+      appended.push_back(std::move(record));
+    }
+    taken = history.Latest(1000);
+  }
+  ASSERT_EQ(taken.size(), appended.size());
+  for (size_t i = 0; i < taken.size(); ++i) {
+    SCOPED_TRACE(absl::StrCat("round ", i + 1));
+    EXPECT_EQ(Copy(taken[i]).SerializeAsString(),
+              appended[i].SerializeAsString());
+    const v1::RoundRecord summary = Copy(taken[i], /*client_ids=*/false);
+    EXPECT_EQ(summary.round(), appended[i].round());
+    EXPECT_EQ(summary.duration_seconds(), appended[i].duration_seconds());
+    EXPECT_EQ(summary.selected_clients_size(), 0);
+    EXPECT_EQ(summary.accepted_clients_size(), 0);
+  }
 }
 
 // A status copies a record's client ids only when asked (a round of 1,000

@@ -23,6 +23,7 @@
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 #include "server/coordinator_server.h"
+#include "server/history.h"
 #include "server/run_controller.h"
 #include "tests/server/scripted_clients.h"
 #include "tests/util/files.h"
@@ -116,6 +117,53 @@ TEST(StateStoreTest, SavedRunComesBackBitForBit) {
   EXPECT_EQ(std::memcmp(run.weights->data(), saved.weights->data(),
                         saved.weights->size() * sizeof(float)),
             0);
+}
+
+// The coordinator hands the save its history as kept (History::Record): the
+// file holds them after the state's own records, client ids included, and
+// reads back as one history; their count is the history's length when a
+// racing save decides which is newer.
+TEST(StateStoreTest, KeptRecordsAreSavedAfterTheStatesOwn) {
+  ScopedTempDir dir;
+  auto store = StateStore::Open(dir.path().string());
+  ASSERT_TRUE(store.ok());
+  SavedRun saved = SomeRun(2, 0.25f);
+  History history;
+  std::vector<v1::RoundRecord> kept;
+  for (int64_t r = 3; r <= 5; ++r) {
+    v1::RoundRecord record;
+    record.set_round(r);
+    record.set_outcome("quorum");
+    record.set_duration_seconds(0.5 * static_cast<double>(r));
+    for (int c = 0; c < 10 * r; ++c) {
+      record.add_selected_clients(absl::StrCat("client-", c));
+    }
+    record.add_accepted_clients("client-1");
+    history.Append(record);
+    kept.push_back(std::move(record));
+  }
+  saved.records = history.Latest(10);
+  ASSERT_TRUE((*store)->Save(Mlp(), saved).ok());
+
+  auto loaded = (*store)->Load(Mlp());
+  ASSERT_TRUE(loaded.ok() && loaded->has_value()) << loaded.status();
+  const v1::CoordinatorState& state = (**loaded).state;
+  ASSERT_EQ(state.history_size(), 5);
+  EXPECT_EQ(state.history(0).round(), 1);
+  EXPECT_EQ(state.history(1).round(), 2);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(
+        state.history(2 + i), kept[i]))
+        << state.history(2 + i).DebugString();
+  }
+  EXPECT_EQ(state.run_id(), "abc123");
+  EXPECT_EQ(state.sampler(), "some sampler state");
+
+  // Four records in all is older than the five saved: skipped.
+  SavedRun older = SomeRun(3, 0.5f);
+  older.records = history.Latest(1);
+  ASSERT_TRUE((*store)->Save(Mlp(), older).ok());
+  EXPECT_EQ((**(*store)->Load(Mlp())).state.history_size(), 5);
 }
 
 TEST(StateStoreTest, KeepsOnlyTheModelTheStateNamesAndNeverGoesBack) {
