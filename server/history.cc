@@ -10,7 +10,7 @@ namespace fedlearn {
 namespace {
 
 // Records are packed into blocks of this size; one larger than a quarter of
-// it (a round of more than about 1,300 clients) gets a block of its own, so
+// it (a round of more than about 650 clients) gets a block of its own, so
 // that a block's unused tail stays under a quarter of it.
 constexpr size_t kBlockSize = size_t{64} << 10;
 

@@ -30,14 +30,15 @@ enum class Rejection {
 // parses the records after releasing it, so neither holds the lock for a
 // time that grows with the run.
 // Memory: a record is kept serialized, its summary then its client ids, packed
-// into 64 KiB blocks that are never freed while a handle names them: its wire
-// size (about 100 bytes plus about 12 per client id: 300 bytes for a round of
-// 10 clients, 12 KB for one of 1,000) and 32 bytes of index, so 10,000 async
-// versions are a few MB. Kept as parsed messages, each record was about
-// 1.5 KB in a score of small allocations that, made among a round's
-// short-lived buffers on gRPC's threads, kept malloc from reusing their
-// neighbourhood: a long run's RSS grew by about 6 KB a round (README, "Many
-// clients"). Not thread-safe: the run controller serialises.
+// into 64 KiB blocks that live while a handle names them. It costs its wire
+// size and 32 bytes of index: about 260 bytes for a round of 10 clients, and
+// about 12 bytes more per client id (a client is listed as selected, and again
+// if accepted: about 25 KB for a round of 1,000), so 10,000 async versions
+// are a few MB. Kept as parsed messages, a record was about 1.5 KB in a score
+// of small allocations that, made on gRPC's threads among a round's
+// short-lived buffers, kept malloc from giving the space around them back
+// (README, "Many clients": a long run's RSS grew 6.6 KB a round). Not
+// thread-safe: the run controller serialises.
 class History {
  public:
   // A new attempt opens: its rejection counts start at zero.
