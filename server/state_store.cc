@@ -248,21 +248,31 @@ absl::Status StateStore::Save(const ModelSpec& spec, const SavedRun& run) {
     // Written with its model, before the state that names them both.
     optimizer_file = OptimizerFileName(state.model_round());
     std::vector<std::string> slots;
-    std::vector<float> values;
-    values.reserve(run.optimizer.slots.size() * spec.num_parameters);
     for (const auto& [slot, vector] : run.optimizer.slots) {
       slots.push_back(slot);
       *to_write.add_optimizer_slots() = slot;
-      values.insert(values.end(), vector->begin(), vector->end());
     }
     if (state.model_round() != written_optimizer_round_) {
       FEDLEARN_ASSIGN_OR_RETURN(ModelSpec optimizer_spec,
                                 OptimizerSpec(spec, slots));
-      FEDLEARN_RETURN_IF_ERROR(WriteSafetensors(
-          absl::StrCat(dir_, "/", optimizer_file), optimizer_spec, values,
-          {{"run_id", state.run_id()},
-           {"strategy", state.strategy()},
-           {"round", absl::StrCat(state.model_round())}}));
+      // The file is its header then each slot's values, written from the
+      // slots as they are: no model-sized copy (Adam keeps two).
+      const std::string prefix = SafetensorsPrefix(
+          optimizer_spec, {{"run_id", state.run_id()},
+                           {"strategy", state.strategy()},
+                           {"round", absl::StrCat(state.model_round())}});
+      std::vector<absl::string_view> parts = {prefix};
+      for (const auto& [slot, vector] : run.optimizer.slots) {
+        if (static_cast<int64_t>(vector->size()) != spec.num_parameters) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "saving the optimizer's ", slot, ": model ", spec.name, " has ",
+              spec.num_parameters, " parameters, the slot ", vector->size()));
+        }
+        parts.emplace_back(reinterpret_cast<const char*>(vector->data()),
+                           vector->size() * sizeof(float));
+      }
+      FEDLEARN_RETURN_IF_ERROR(
+          WriteFileAtomically(absl::StrCat(dir_, "/", optimizer_file), parts));
       written_optimizer_round_ = state.model_round();
     }
     to_write.set_optimizer_file(optimizer_file);
