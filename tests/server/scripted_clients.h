@@ -7,16 +7,20 @@
 #include <grpcpp/create_channel.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/coordinator_client.h"
+#include "common/tensor_codec.h"
 #include "gtest/gtest.h"
 #include "server/coordinator_server.h"
 #include "server/options.h"
+#include "server/run_controller.h"
 
 namespace fedlearn::testing {
 
@@ -107,6 +111,111 @@ inline CoordinatorClient::ReceivedTask Evaluate(CoordinatorClient& client,
   EXPECT_TRUE(reported.ok()) << reported;
   return task;
 }
+
+// A fixture for tests of a whole run over the service: a coordinator started
+// per test (Start) and scripted clients joined to it, with helpers for the
+// patterned round-1 pushes whose FedAvg mean the tests compute by hand.
+class ServiceTest : public ::testing::Test {
+ protected:
+  void Start(const CoordinatorOptions& options) {
+    channel_ = testing::StartCoordinator(options, &server_);
+    ASSERT_NE(channel_, nullptr);
+  }
+
+  std::unique_ptr<CoordinatorClient> Join(const std::string& join_token = "") {
+    auto client = std::make_unique<CoordinatorClient>(channel_);
+    v1::JoinRequest request;
+    request.set_join_token(join_token);
+    auto joined = client->Join(request);
+    EXPECT_TRUE(joined.ok()) << joined.status();
+    return client;
+  }
+
+  std::vector<std::unique_ptr<CoordinatorClient>> JoinAll(int n) {
+    std::vector<std::unique_ptr<CoordinatorClient>> clients;
+    for (int i = 0; i < n; ++i) clients.push_back(Join());
+    return clients;
+  }
+
+  CoordinatorClient::ReceivedTask NextTask(CoordinatorClient& client) {
+    return testing::NextTask(client);
+  }
+
+  std::vector<float> Global() {
+    return *server_->controller().global_weights();
+  }
+  // The run's status with the records' client ids.
+  v1::GetStatusResponse Status() {
+    return server_->controller().GetStatus(
+        ClientPage(), nullptr, kDefaultHistory, /*client_ids=*/true);
+  }
+  size_t NumParameters() { return server_->controller().spec().num_parameters; }
+
+  // Round 1 for three clients: client i pushes deltas[i] * (j % 5 - 2) for
+  // parameter j (so that the aggregate differs per parameter), with
+  // examples[i] and train loss first_loss + i.
+  // With `encoded_first`, client 0 sends its update cut into chunk messages
+  // beforehand (PushEncoded) instead of PushUpdate.
+  void PushPatterned(
+      const std::vector<std::unique_ptr<CoordinatorClient>>& clients,
+      const int64_t (&examples)[3], const float (&deltas)[3], double first_loss,
+      bool encoded_first = false) {
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_EQ(NextTask(*clients[i]).task.type(), v1::TASK_TYPE_TRAIN);
+      std::vector<float> delta(NumParameters());
+      for (size_t j = 0; j < delta.size(); ++j) {
+        delta[j] = deltas[i] * static_cast<float>(static_cast<int>(j % 5) - 2);
+      }
+      const v1::UpdateHeader header = Header(1, examples[i], first_loss + i);
+      if (encoded_first && i == 0) {
+        std::vector<v1::PushGradientRequest> chunks =
+            Messages(*clients[i], header, delta);
+        chunks.erase(chunks.begin());  // PushEncoded sends the header itself
+        ASSERT_TRUE(clients[i]->PushEncoded(header, chunks).ok());
+      } else {
+        ASSERT_TRUE(clients[i]->PushUpdate(header, delta).ok());
+      }
+    }
+  }
+
+  // The global model after PushPatterned from `before`: the example-weighted
+  // mean of the three updates, computed in double from their float values.
+  void ExpectPatternedMean(const std::vector<float>& before,
+                           const int64_t (&examples)[3],
+                           const float (&deltas)[3]) {
+    const std::vector<float> after = Global();
+    ASSERT_EQ(after.size(), before.size());
+    const double total =
+        static_cast<double>(examples[0] + examples[1] + examples[2]);
+    for (size_t j = 0; j < after.size(); ++j) {
+      const float k = static_cast<float>(static_cast<int>(j % 5) - 2);
+      double sum = 0;
+      for (int i = 0; i < 3; ++i) {
+        sum += static_cast<double>(examples[i]) * double{deltas[i] * k};
+      }
+      ASSERT_EQ(after[j], static_cast<float>(double{before[j]} + sum / total))
+          << j;
+    }
+  }
+
+  // A valid push message list whose first chunk has been altered by `mutate`.
+  std::vector<v1::PushGradientRequest> Messages(
+      const CoordinatorClient& client, const v1::UpdateHeader& header,
+      const std::vector<float>& delta,
+      const std::function<void(v1::TensorChunk*)>& mutate = nullptr) {
+    std::vector<v1::PushGradientRequest> messages(1);
+    *messages[0].mutable_header() = header;
+    messages[0].mutable_header()->set_client_id(client.client_id());
+    ChunkWriter writer(client.spec(), delta, 64 << 10);
+    v1::PushGradientRequest m;
+    while (writer.Next(m.mutable_chunk())) messages.push_back(m);
+    if (mutate) mutate(messages[1].mutable_chunk());
+    return messages;
+  }
+
+  std::unique_ptr<CoordinatorServer> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+};
 
 }  // namespace fedlearn::testing
 
