@@ -1,0 +1,136 @@
+// What a state save costs as a run grows (--state_dir; README, "Crash-safe
+// state"): a run of mlp_2nn whose history already holds N records of
+// 100-client rounds (selected and accepted ids, as a real round records them)
+// closes one more round and saves, as the coordinator does after every
+// aggregation: the new model, and the state with its history. Reports the time
+// per save and the bytes written per save (`written_per_save`), for N = 100,
+// 1,000 and 10,000. A save whose cost grows with N makes a long run's rounds
+// slower and its disk busier the longer it runs.
+//
+//   build/bench/state_bench [--benchmark_filter=...]
+//
+// The state directory is under $TMPDIR (/tmp): its disk and its fsync are part
+// of the figure, so compare sizes within one run, not across machines.
+
+#include <stdlib.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "benchmark/benchmark.h"
+#include "common/model_spec.h"
+#include "fedlearn/v1/coordinator.pb.h"
+#include "server/history.h"
+#include "server/state_store.h"
+
+namespace fedlearn {
+namespace {
+
+// A closed round of 100 clients, all accepted, with ids as the coordinator
+// makes them (16 hex digits).
+v1::RoundRecord Round(int64_t round) {
+  v1::RoundRecord record;
+  record.set_round(round);
+  record.set_attempt(1);
+  record.set_selected(100);
+  record.set_responded(100);
+  record.set_outcome("all");
+  record.set_duration_seconds(1.5);
+  record.set_bytes_sent(int64_t{100} * 796840);
+  record.set_bytes_received(int64_t{100} * 796840);
+  record.mutable_metrics()->set_num_examples(60000);
+  record.mutable_metrics()->set_train_loss(0.25);
+  record.mutable_metrics()->set_train_accuracy(0.93);
+  for (int i = 0; i < 100; ++i) {
+    const std::string id =
+        absl::StrCat("c", 1000000000000000 + round * 100 + i);
+    record.add_selected_clients(id);
+    record.add_accepted_clients(id);
+  }
+  return record;
+}
+
+// Bytes this process has passed to write(2) and its kind so far
+// (/proc/self/io, wchar): what a save writes, whatever the file.
+int64_t BytesWritten() {
+  std::ifstream io("/proc/self/io");
+  std::string key;
+  int64_t value = 0;
+  while (io >> key >> value) {
+    if (key == "wchar:") return value;
+  }
+  return -1;
+}
+
+void BM_SaveAfterARound(benchmark::State& state) {
+  const ModelSpec spec = *LookupModel("mlp_2nn");
+  const char* tmp = getenv("TMPDIR");
+  std::string dir = absl::StrCat(tmp != nullptr ? tmp : "/tmp",
+                                 "/fedlearn-state-bench-XXXXXX");
+  if (mkdtemp(dir.data()) == nullptr) {
+    state.SkipWithError("mkdtemp failed");
+    return;
+  }
+  absl::StatusOr<std::unique_ptr<StateStore>> store = StateStore::Open(dir);
+  if (!store.ok()) {
+    state.SkipWithError(std::string(store.status().message()).c_str());
+    return;
+  }
+  History history;
+  int64_t round = state.range(0);
+  for (int64_t r = 1; r <= round; ++r) history.Append(Round(r));
+  SavedRun run;
+  run.state.set_run_id("0123456789abcdef");
+  run.state.set_phase(v1::PHASE_TRAINING);
+  run.state.set_mode("rounds");
+  run.state.set_strategy("fedavg");
+  run.weights = std::make_shared<std::vector<float>>(spec.num_parameters, 0.5f);
+  // The directory of a run N rounds long.
+  auto save = [&] {
+    run.state.set_round(round + 1);
+    run.state.set_model_round(round);
+    run.records = history.Latest(history.size());
+    return (*store)->Save(spec, run);
+  };
+  if (absl::Status s = save(); !s.ok()) {
+    state.SkipWithError(std::string(s.message()).c_str());
+    return;
+  }
+  const int64_t written_before = BytesWritten();
+  for (auto _ : state) {
+    history.Append(Round(++round));
+    if (absl::Status s = save(); !s.ok()) {
+      state.SkipWithError(std::string(s.message()).c_str());
+      break;
+    }
+  }
+  const double saves = static_cast<double>(state.iterations());
+  state.counters["written_per_save"] =
+      static_cast<double>(BytesWritten() - written_before) / saves;
+  uint64_t files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    if (entry.is_regular_file()) files += entry.file_size();
+  }
+  state.counters["dir_bytes"] = static_cast<double>(files);
+  store->reset();
+  std::filesystem::remove_all(dir);
+}
+// A fixed number of saves, so that every size's history grows by the same 50
+// records while it is measured.
+BENCHMARK(BM_SaveAfterARound)
+    ->Arg(100)
+    ->Arg(1000)
+    ->Arg(10000)
+    ->Iterations(50)
+    ->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace fedlearn
+
+BENCHMARK_MAIN();
