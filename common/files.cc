@@ -102,6 +102,38 @@ absl::Status WriteFileAtomically(const std::string& path,
   return SyncDirectory(path);
 }
 
+absl::Status WriteFileAt(const std::string& path, int64_t offset,
+                         absl::string_view bytes, int mode) {
+  ScopedFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC,
+                     static_cast<mode_t>(mode)));
+  if (fd.get() < 0) {
+    return absl::ErrnoToStatus(errno, absl::StrCat("cannot open ", path));
+  }
+  const char* data = bytes.data();
+  size_t left = bytes.size();
+  off_t at = static_cast<off_t>(offset);
+  while (left > 0) {
+    const ssize_t n = ::pwrite(fd.get(), data, left, at);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return absl::ErrnoToStatus(errno, absl::StrCat("cannot write ", path));
+    }
+    data += n;
+    left -= static_cast<size_t>(n);
+    at += n;
+  }
+  if (::ftruncate(fd.get(), at) != 0) {
+    return absl::ErrnoToStatus(errno, absl::StrCat("cannot truncate ", path));
+  }
+  if (::fdatasync(fd.get()) != 0) {
+    return absl::ErrnoToStatus(errno, absl::StrCat("cannot sync ", path));
+  }
+  if (fd.Close() != 0) {
+    return absl::ErrnoToStatus(errno, absl::StrCat("cannot close ", path));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
   ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) {

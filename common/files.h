@@ -1,6 +1,7 @@
 #ifndef FEDLEARN_COMMON_FILES_H_
 #define FEDLEARN_COMMON_FILES_H_
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
@@ -41,6 +42,15 @@ class ScopedFd {
 absl::Status WriteFileAtomically(const std::string& path,
                                  absl::Span<const absl::string_view> parts,
                                  int mode = 0666);
+
+// Writes `bytes` at `offset` of `path` (created, with `mode` less the umask,
+// when missing), cuts the file off after them and fdatasyncs it: for a file
+// that only grows, whose reader is told elsewhere how much of it is valid (a
+// log whose length a later, atomic write names). Not atomic: after a crash the
+// file from `offset` on may hold any part of the bytes. Errno-derived errors
+// naming the file.
+absl::Status WriteFileAt(const std::string& path, int64_t offset,
+                         absl::string_view bytes, int mode = 0666);
 
 // fsyncs the directory that holds `path`, so that `path`'s entry in it (a
 // file or directory just made or renamed there) survives a crash.

@@ -11,12 +11,14 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "common/model_spec.h"
 #include "google/protobuf/stubs/logging.h"
+#include "server/history.h"
 #include "server/state_store.h"
 
 namespace fedlearn::fuzz {
@@ -61,6 +63,22 @@ inline SavedRun TinyRun() {
         slot,
         std::make_shared<const std::vector<float>>(spec.num_parameters, 0.25f));
   }
+  // Two closed rounds, which a save puts in the run's history file.
+  History history;
+  for (int64_t round = 1; round <= 2; ++round) {
+    v1::RoundRecord record;
+    record.set_round(round);
+    record.set_attempt(1);
+    record.set_selected(2);
+    record.set_responded(2);
+    record.set_outcome("all");
+    for (const char* id : {"fuzz-client-a", "fuzz-client-b"}) {
+      record.add_selected_clients(id);
+      record.add_accepted_clients(id);
+    }
+    history.Append(std::move(record));
+  }
+  run.records = history.Latest(history.size());
   return run;
 }
 

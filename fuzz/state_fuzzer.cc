@@ -1,6 +1,7 @@
 // The state-directory loader a restarted coordinator resumes from: any bytes
-// as DIR/state.binpb, beside a valid model and optimizer file of the run it
-// should name (model-2, optimizer-2 of the tiny model; fuzz_util.h). It must
+// as DIR/state.binpb, beside a valid model, optimizer and history file of the
+// run it should name (model-2, optimizer-2 and two records of the tiny run;
+// fuzz_util.h), so that the bytes decide how much of each it reads. It must
 // never crash; a run it loads has the spec's number of weights and an
 // optimizer slot of that size for each slot it names.
 

@@ -4,14 +4,18 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <filesystem>
+#include <limits>
 #include <map>
+#include <optional>
 #include <system_error>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/files.h"
@@ -25,35 +29,58 @@ namespace {
 
 constexpr char kStateFile[] = "state.binpb";
 
-// `state`'s wire form followed by each of `records` as an element of its
-// history: a repeated field's elements may come anywhere in a message, so the
-// file parses as `state` with the records appended to its history.
-std::string WithRecords(const v1::CoordinatorState& state,
-                        const std::vector<History::Record>& records) {
+// Records [from, end) of `records`, each as an element of a CoordinatorState's
+// history (its tag, length and wire form): bytes that parse as a
+// CoordinatorState holding those records, and that may follow others of their
+// kind (a repeated field's elements may come anywhere in a message).
+std::string EncodeRecords(const std::vector<History::Record>& records,
+                          size_t from) {
   using google::protobuf::io::CodedOutputStream;
   // Field `history`, length-delimited (wire type 2).
   constexpr uint32_t kTag =
       (v1::CoordinatorState::kHistoryFieldNumber << 3) | 2;
-  size_t size = state.ByteSizeLong();
-  for (const History::Record& record : records) {
-    const size_t n = record.wire().size();
+  size_t size = 0;
+  for (size_t i = from; i < records.size(); ++i) {
+    const size_t n = records[i].wire().size();
     size += CodedOutputStream::VarintSize32(kTag) +
             CodedOutputStream::VarintSize32(static_cast<uint32_t>(n)) + n;
   }
   std::string bytes;
   bytes.reserve(size);
-  state.AppendToString(&bytes);
   {
     google::protobuf::io::StringOutputStream stream(&bytes);
     CodedOutputStream out(&stream);
-    for (const History::Record& record : records) {
-      const absl::string_view wire = record.wire();
+    for (size_t i = from; i < records.size(); ++i) {
+      const absl::string_view wire = records[i].wire();
       out.WriteTag(kTag);
       out.WriteVarint32(static_cast<uint32_t>(wire.size()));
       out.WriteRaw(wire.data(), static_cast<int>(wire.size()));
     }
   }
   return bytes;
+}
+
+// A run's history files: history-<run id>-<generation>.binpb.
+std::string HistoryFileName(absl::string_view run_id, int64_t generation) {
+  return absl::StrCat("history-", run_id, "-", generation, ".binpb");
+}
+
+// The generation of `name` if it is a history file of `run_id`.
+std::optional<int64_t> HistoryGeneration(absl::string_view name,
+                                         absl::string_view run_id) {
+  const std::string prefix = absl::StrCat("history-", run_id, "-");
+  if (!absl::StartsWith(name, prefix) || !absl::EndsWith(name, ".binpb") ||
+      name.find('/') != name.npos) {
+    return std::nullopt;
+  }
+  name.remove_prefix(prefix.size());
+  name.remove_suffix(std::string_view(".binpb").size());
+  int64_t generation = 0;
+  if (name.empty() || name.find_first_not_of("0123456789") != name.npos ||
+      !absl::SimpleAtoi(name, &generation) || generation < 1) {
+    return std::nullopt;
+  }
+  return generation;
 }
 
 std::string ModelFileName(int64_t round) {
@@ -78,17 +105,80 @@ absl::StatusOr<ModelSpec> OptimizerSpec(const ModelSpec& model,
                        std::move(decls));
 }
 
-// Removes the files named PREFIX-*.safetensors in `dir` other than `keep`.
+// Removes the files named PREFIX*SUFFIX in `dir` other than `keep`.
 void RemoveOthers(const std::string& dir, absl::string_view prefix,
-                  const std::string& keep) {
+                  absl::string_view suffix, const std::string& keep) {
   std::error_code error;
   for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
     const std::string name = entry.path().filename().string();
-    if (absl::StartsWith(name, prefix) &&
-        absl::EndsWith(name, ".safetensors") && name != keep) {
+    if (absl::StartsWith(name, prefix) && absl::EndsWith(name, suffix) &&
+        name != keep) {
       std::filesystem::remove(entry.path(), error);
     }
   }
+}
+
+// Appends to `state`'s history the records of the history file it names in
+// `dir` (read from `state_path`), and returns the file's generation; nullopt
+// when it names none. DATA_LOSS or INVALID_ARGUMENT, naming the file, when
+// the file is missing, shorter than the state says or damaged.
+absl::StatusOr<std::optional<int64_t>> LoadHistoryFile(
+    const std::string& dir, const std::string& state_path,
+    v1::CoordinatorState* state) {
+  if (state->history_file().empty()) {
+    if (state->history_bytes() != 0 || state->history_records() != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          state_path, ": names ", state->history_records(), " records in ",
+          state->history_bytes(), " bytes of no history file"));
+    }
+    return std::nullopt;
+  }
+  const std::optional<int64_t> generation =
+      HistoryGeneration(state->history_file(), state->run_id());
+  if (!generation.has_value()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(state_path, ": history file \"", state->history_file(),
+                     "\" is not one of run \"", state->run_id(), "\""));
+  }
+  const int64_t size = state->history_bytes();
+  if (size < 0 || size > std::numeric_limits<int>::max() ||
+      state->history_records() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(state_path, ": names ", state->history_records(),
+                     " records in ", size, " bytes of ", state->history_file(),
+                     " (at most 2 GiB of history are read)"));
+  }
+  const std::string path = absl::StrCat(dir, "/", state->history_file());
+  absl::StatusOr<std::string> bytes = ReadFileToString(path);
+  if (absl::IsNotFound(bytes.status())) {
+    return absl::DataLossError(absl::StrCat(path, ": missing; ", state_path,
+                                            " names ", size, " bytes of it"));
+  }
+  if (!bytes.ok()) return bytes.status();
+  if (static_cast<int64_t>(bytes->size()) < size) {
+    return absl::DataLossError(absl::StrCat(path, ": ", bytes->size(),
+                                            " bytes, ", state_path, " names ",
+                                            size, " (truncated?)"));
+  }
+  v1::CoordinatorState file;
+  if (!file.ParseFromArray(bytes->data(), static_cast<int>(size))) {
+    return absl::DataLossError(
+        absl::StrCat(path, ": not a history (damaged?)"));
+  }
+  google::protobuf::RepeatedPtrField<v1::RoundRecord> records;
+  records.Swap(file.mutable_history());
+  if (file.ByteSizeLong() != 0) {
+    return absl::DataLossError(
+        absl::StrCat(path, ": holds more than history records (damaged?)"));
+  }
+  if (records.size() != state->history_records()) {
+    return absl::DataLossError(absl::StrCat(
+        path, ": ", records.size(), " records in its first ", size, " bytes, ",
+        state_path, " names ", state->history_records()));
+  }
+  state->mutable_history()->Reserve(state->history_size() + records.size());
+  for (v1::RoundRecord& record : records) state->add_history()->Swap(&record);
+  return generation;
 }
 
 }  // namespace
@@ -149,7 +239,7 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(std::string dir) {
 }
 
 absl::StatusOr<std::optional<SavedRun>> StateStore::Load(
-    const ModelSpec& spec) const {
+    const ModelSpec& spec) {
   const std::string path = absl::StrCat(dir_, "/", kStateFile);
   absl::StatusOr<std::string> bytes = ReadFileToString(path);
   if (absl::IsNotFound(bytes.status())) return std::nullopt;
@@ -160,10 +250,12 @@ absl::StatusOr<std::optional<SavedRun>> StateStore::Load(
         absl::StrCat(path, ": not a CoordinatorState (damaged?)"));
   }
   const v1::CoordinatorState& state = run.state;
-  if (state.format_version() != kFormatVersion) {
+  if (state.format_version() < kOldestFormatVersion ||
+      state.format_version() > kFormatVersion) {
     return absl::FailedPreconditionError(
         absl::StrCat(path, ": format version ", state.format_version(),
-                     "; this coordinator reads version ", kFormatVersion));
+                     "; this coordinator reads versions ", kOldestFormatVersion,
+                     " to ", kFormatVersion));
   }
   if (state.model() != spec.name) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -215,12 +307,42 @@ absl::StatusOr<std::optional<SavedRun>> StateStore::Load(
                         values.begin() + i * n, values.begin() + (i + 1) * n));
     }
   }
+  const int inline_records = state.history_size();
+  FEDLEARN_ASSIGN_OR_RETURN(std::optional<int64_t> generation,
+                            LoadHistoryFile(dir_, path, &run.state));
+  absl::MutexLock lock(&mu_);
+  SwitchRunLocked(state.run_id());
+  // The next save continues this history file, unless the state held
+  // records of its own: the caller passes those among its records then.
+  history_generation_ = std::max(history_generation_, generation.value_or(0));
+  if (generation.has_value() && inline_records == 0) {
+    history_file_ = state.history_file();
+    history_records_ = state.history_records();
+    history_bytes_ = state.history_bytes();
+  } else {
+    history_file_.clear();
+    history_records_ = 0;
+    history_bytes_ = 0;
+  }
   return run;
+}
+
+void StateStore::SwitchRunLocked(const std::string& run_id) {
+  if (run_id == run_) return;
+  run_ = run_id;
+  saved_history_ = -1;
+  written_model_round_ = -1;
+  written_optimizer_round_ = -1;
+  history_file_.clear();
+  history_generation_ = 0;
+  history_records_ = 0;
+  history_bytes_ = 0;
 }
 
 absl::Status StateStore::Save(const ModelSpec& spec, const SavedRun& run) {
   absl::MutexLock lock(&mu_);
   const v1::CoordinatorState& state = run.state;
+  SwitchRunLocked(state.run_id());
   const int64_t history_size =
       state.history_size() + static_cast<int64_t>(run.records.size());
   if (history_size < saved_history_) return absl::OkStatus();
@@ -277,14 +399,40 @@ absl::Status StateStore::Save(const ModelSpec& spec, const SavedRun& run) {
     }
     to_write.set_optimizer_file(optimizer_file);
   }
-  const std::string bytes = WithRecords(to_write, run.records);
+  // The history file: the records it does not hold yet, appended (and
+  // synced) before the state that names them. A save that does not continue
+  // the records written (fewer of them; a resumed state that held records of
+  // its own, which the caller now passes among `records`) starts a new file
+  // rather than rewrite one a state on disk names.
+  const int64_t records = static_cast<int64_t>(run.records.size());
+  if (records < history_records_) {
+    history_file_.clear();
+    history_records_ = 0;
+    history_bytes_ = 0;
+  }
+  if (records > history_records_) {
+    if (history_file_.empty()) {
+      history_file_ = HistoryFileName(state.run_id(), ++history_generation_);
+    }
+    const std::string appended =
+        EncodeRecords(run.records, static_cast<size_t>(history_records_));
+    FEDLEARN_RETURN_IF_ERROR(WriteFileAt(absl::StrCat(dir_, "/", history_file_),
+                                         history_bytes_, appended));
+    history_records_ = records;
+    history_bytes_ += static_cast<int64_t>(appended.size());
+  }
+  to_write.set_history_file(history_file_);
+  to_write.set_history_bytes(history_bytes_);
+  to_write.set_history_records(history_records_);
+  const std::string bytes = to_write.SerializeAsString();
   const absl::string_view parts[] = {bytes};
   FEDLEARN_RETURN_IF_ERROR(
       WriteFileAtomically(absl::StrCat(dir_, "/", kStateFile), parts));
   saved_history_ = history_size;
   // Older files are no longer named by the state: remove them.
-  RemoveOthers(dir_, "model-", model_file);
-  RemoveOthers(dir_, "optimizer-", optimizer_file);
+  RemoveOthers(dir_, "model-", ".safetensors", model_file);
+  RemoveOthers(dir_, "optimizer-", ".safetensors", optimizer_file);
+  RemoveOthers(dir_, "history-", ".binpb", history_file_);
   return absl::OkStatus();
 }
 

@@ -256,6 +256,221 @@ TEST(StateStoreTest, AModelLeftByAnotherRunIsNotTrusted) {
   EXPECT_EQ((*(**loaded).weights)[0], 0.1f);
 }
 
+// A run with no records of its own in the state, as the coordinator saves
+// it: every record is one of `history`'s, rounds 1 to history.size().
+SavedRun RunWithHistory(const History& history, const std::string& run_id) {
+  SavedRun run = SomeRun(0, 0.25f);
+  run.state.set_run_id(run_id);
+  run.state.set_round(static_cast<int64_t>(history.size()) + 1);
+  run.records = history.Latest(history.size());
+  return run;
+}
+
+v1::RoundRecord RoundOf(int64_t round, int clients) {
+  v1::RoundRecord record;
+  record.set_round(round);
+  record.set_outcome("all");
+  for (int c = 0; c < clients; ++c) {
+    record.add_selected_clients(absl::StrCat("client-", round, "-", c));
+  }
+  return record;
+}
+
+std::vector<int64_t> Rounds(const v1::CoordinatorState& state) {
+  std::vector<int64_t> rounds;
+  for (const v1::RoundRecord& r : state.history()) rounds.push_back(r.round());
+  return rounds;
+}
+
+std::vector<int64_t> OneTo(int64_t n) {
+  std::vector<int64_t> rounds;
+  for (int64_t r = 1; r <= n; ++r) rounds.push_back(r);
+  return rounds;
+}
+
+// A save writes the records new since the last one and leaves the ones
+// written alone: the state file stays the same size however long the run, and
+// the history file only grows, its bytes kept.
+TEST(StateStoreTest, SavesAppendOnlyTheRecordsNewSinceTheLast) {
+  ScopedTempDir dir;
+  const std::string root = dir.path().string();
+  auto store = StateStore::Open(root);
+  ASSERT_TRUE(store.ok());
+  History history;
+  for (int64_t r = 1; r <= 3; ++r) history.Append(RoundOf(r, 10));
+  ASSERT_TRUE((*store)->Save(Mlp(), RunWithHistory(history, "abc123")).ok());
+  const std::string file = root + "/history-abc123-1.binpb";
+  EXPECT_THAT(Files(root), ::testing::ElementsAre(
+                               "history-abc123-1.binpb", "lock",
+                               "model-000000.safetensors", "state.binpb"));
+  const std::string first = testing::ReadBytes(file);
+  const auto state_size = std::filesystem::file_size(root + "/state.binpb");
+
+  for (int64_t r = 4; r <= 500; ++r) history.Append(RoundOf(r, 10));
+  ASSERT_TRUE((*store)->Save(Mlp(), RunWithHistory(history, "abc123")).ok());
+  const std::string second = testing::ReadBytes(file);
+  ASSERT_GT(second.size(), first.size());
+  EXPECT_EQ(second.substr(0, first.size()), first);
+  // Only the counts in the state grew (their varints: a few bytes).
+  EXPECT_LE(std::filesystem::file_size(root + "/state.binpb"), state_size + 4);
+
+  auto loaded = (*store)->Load(Mlp());
+  ASSERT_TRUE(loaded.ok() && loaded->has_value()) << loaded.status();
+  const v1::CoordinatorState& state = (**loaded).state;
+  EXPECT_EQ(Rounds(state), OneTo(500));
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(
+      state.history(499), RoundOf(500, 10)));
+  // The file is history elements and nothing else: it parses as a state
+  // holding just the records.
+  v1::CoordinatorState parsed;
+  ASSERT_TRUE(parsed.ParseFromString(second));
+  EXPECT_EQ(parsed.history_size(), 500);
+  EXPECT_EQ(parsed.run_id(), "");
+}
+
+// A crash after the history file grew but before the state named its new
+// length leaves records the state does not name: they are ignored, and the
+// next save writes over them.
+TEST(StateStoreTest, RecordsACrashLeftUnnamedAreIgnoredAndOverwritten) {
+  ScopedTempDir dir;
+  const std::string root = dir.path().string();
+  const std::string file = root + "/history-abc123-1.binpb";
+  History history;
+  for (int64_t r = 1; r <= 3; ++r) history.Append(RoundOf(r, 5));
+  {
+    auto store = StateStore::Open(root);
+    ASSERT_TRUE((*store)->Save(Mlp(), RunWithHistory(history, "abc123")).ok());
+  }
+  const std::string clean = testing::ReadBytes(file);
+  // Half of an append: a record's tag and length and a few of its bytes.
+  testing::WriteBytes(file, clean + clean.substr(0, 9));
+
+  auto store = StateStore::Open(root);
+  auto loaded = (*store)->Load(Mlp());
+  ASSERT_TRUE(loaded.ok() && loaded->has_value()) << loaded.status();
+  EXPECT_EQ(Rounds((**loaded).state), OneTo(3));
+  // The resumed run goes on in the same file.
+  history.Append(RoundOf(4, 5));
+  ASSERT_TRUE((*store)->Save(Mlp(), RunWithHistory(history, "abc123")).ok());
+  v1::CoordinatorState parsed;
+  ASSERT_TRUE(parsed.ParseFromString(testing::ReadBytes(file)));
+  EXPECT_EQ(Rounds(parsed), OneTo(4)) << "the cut-off bytes are gone";
+  loaded = (*store)->Load(Mlp());
+  ASSERT_TRUE(loaded.ok() && loaded->has_value()) << loaded.status();
+  EXPECT_EQ(Rounds((**loaded).state), OneTo(4));
+}
+
+TEST(StateStoreTest, AMissingShortOrDamagedHistoryFileIsDataLoss) {
+  ScopedTempDir dir;
+  const std::string root = dir.path().string();
+  const std::string file = root + "/history-abc123-1.binpb";
+  auto store = StateStore::Open(root);
+  History history;
+  for (int64_t r = 1; r <= 3; ++r) history.Append(RoundOf(r, 5));
+  ASSERT_TRUE((*store)->Save(Mlp(), RunWithHistory(history, "abc123")).ok());
+  const std::string clean = testing::ReadBytes(file);
+  auto expect_data_loss = [&](const std::string& why) {
+    auto loaded = (*store)->Load(Mlp());
+    ASSERT_FALSE(loaded.ok()) << why;
+    EXPECT_EQ(loaded.status().code(), absl::StatusCode::kDataLoss) << why;
+    EXPECT_THAT(loaded.status().message(), HasSubstr(file)) << why;
+    EXPECT_THAT(loaded.status().message(), HasSubstr(why));
+  };
+  testing::WriteBytes(file, clean.substr(0, clean.size() - 1));
+  expect_data_loss("truncated");
+  std::filesystem::remove(file);
+  expect_data_loss("missing");
+  // The first record's tag turned into run_id's: not a record any more.
+  std::string other = clean;
+  other[0] =
+      static_cast<char>((v1::CoordinatorState::kRunIdFieldNumber << 3) | 2);
+  testing::WriteBytes(file, other);
+  expect_data_loss("more than history records");
+  testing::WriteBytes(file, clean);
+  EXPECT_TRUE((*store)->Load(Mlp()).ok());
+}
+
+// A new run in the directory, or a save that does not continue the records
+// written, starts a new history file: never one the state on disk names.
+// Files no state names are removed once the new state is written.
+TEST(StateStoreTest, AnotherRunOrAnotherHistoryStartsANewFile) {
+  ScopedTempDir dir;
+  const std::string root = dir.path().string();
+  auto store = StateStore::Open(root);
+  History first;
+  for (int64_t r = 1; r <= 3; ++r) first.Append(RoundOf(r, 5));
+  ASSERT_TRUE((*store)->Save(Mlp(), RunWithHistory(first, "abc123")).ok());
+
+  History other;
+  for (int64_t r = 1; r <= 4; ++r) other.Append(RoundOf(r, 7));
+  ASSERT_TRUE((*store)->Save(Mlp(), RunWithHistory(other, "other")).ok());
+  EXPECT_THAT(Files(root), ::testing::ElementsAre(
+                               "history-other-1.binpb", "lock",
+                               "model-000000.safetensors", "state.binpb"));
+  auto loaded = (*store)->Load(Mlp());
+  ASSERT_TRUE(loaded.ok() && loaded->has_value()) << loaded.status();
+  EXPECT_EQ((**loaded).state.run_id(), "other");
+  EXPECT_EQ((**loaded).state.history(3).selected_clients_size(), 7);
+
+  // The same run, its records now in the state itself: no history file.
+  SavedRun inline_run = RunWithHistory(History(), "other");
+  for (int64_t r = 1; r <= 5; ++r)
+    *inline_run.state.add_history() = RoundOf(r, 7);
+  ASSERT_TRUE((*store)->Save(Mlp(), inline_run).ok());
+  EXPECT_THAT(Files(root),
+              ::testing::ElementsAre("lock", "model-000000.safetensors",
+                                     "state.binpb"));
+  // Then kept records again: a new generation, not the file of before.
+  other.Append(RoundOf(5, 7));
+  other.Append(RoundOf(6, 7));
+  ASSERT_TRUE((*store)->Save(Mlp(), RunWithHistory(other, "other")).ok());
+  EXPECT_THAT(Files(root), ::testing::ElementsAre(
+                               "history-other-2.binpb", "lock",
+                               "model-000000.safetensors", "state.binpb"));
+  loaded = (*store)->Load(Mlp());
+  ASSERT_TRUE(loaded.ok() && loaded->has_value()) << loaded.status();
+  EXPECT_EQ(Rounds((**loaded).state), OneTo(6));
+}
+
+// A directory written before the history file existed (format version 1: the
+// whole history in the state) is read, and its run goes on in a history file.
+TEST(StateStoreTest, AVersionOneStateIsReadAndGoesOnInAHistoryFile) {
+  ScopedTempDir dir;
+  const std::string root = dir.path().string();
+  {
+    auto store = StateStore::Open(root);
+    ASSERT_TRUE((*store)->Save(Mlp(), SomeRun(2, 0.25f)).ok());
+  }
+  v1::CoordinatorState old;
+  ASSERT_TRUE(old.ParseFromString(testing::ReadBytes(root + "/state.binpb")));
+  old.set_format_version(1);
+  testing::WriteBytes(root + "/state.binpb", old.SerializeAsString());
+
+  auto store = StateStore::Open(root);
+  auto loaded = (*store)->Load(Mlp());
+  ASSERT_TRUE(loaded.ok() && loaded->has_value()) << loaded.status();
+  EXPECT_EQ(Rounds((**loaded).state), OneTo(2));
+  // The coordinator keeps the loaded records and passes them all on.
+  History history;
+  for (const v1::RoundRecord& r : (**loaded).state.history()) history.Append(r);
+  history.Append(RoundOf(3, 5));
+  SavedRun next = RunWithHistory(history, "abc123");
+  next.state.set_model_round(2);
+  next.weights = (**loaded).weights;
+  ASSERT_TRUE((*store)->Save(Mlp(), next).ok());
+  loaded = (*store)->Load(Mlp());
+  ASSERT_TRUE(loaded.ok() && loaded->has_value()) << loaded.status();
+  EXPECT_EQ(Rounds((**loaded).state), OneTo(3));
+  EXPECT_EQ((**loaded).state.format_version(), StateStore::kFormatVersion);
+  EXPECT_EQ((**loaded).state.history_file(), "history-abc123-1.binpb");
+
+  old.set_format_version(StateStore::kFormatVersion + 1);
+  testing::WriteBytes(root + "/state.binpb", old.SerializeAsString());
+  auto newer = (*store)->Load(Mlp());
+  ASSERT_FALSE(newer.ok());
+  EXPECT_EQ(newer.status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
 // Three fresh clients join `server` and train rounds `first` to `last`, each
 // pushing 0.01 x round everywhere; each checks it was sent the global model.
 std::vector<std::unique_ptr<CoordinatorClient>> Train(CoordinatorServer& server,
