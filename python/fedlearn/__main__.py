@@ -6,14 +6,19 @@
                                                      the current global model, over HTTP
 
 ``status`` and ``watch`` call GetStatus on the gRPC port; ``model`` downloads
-/api/model.safetensors from the dashboard's port. Exit status 0, or 1 with the error.
+/api/model.safetensors from the dashboard's port (all of it, or nothing: a failed download
+leaves OUT as it was). Exit status 0, or 1 with the error.
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
+import os
 import sys
+import tempfile
 import time
+import urllib.error
 import urllib.request
 from typing import Any, List, Optional
 
@@ -76,20 +81,64 @@ def render_status(status: Any, last: int = 8) -> str:
 
 def download_model(address: str, out: str) -> int:
     """Saves /api/model.safetensors from the dashboard at ``address`` (HOST:PORT, or a
-    URL) to ``out``; returns the bytes written."""
+    URL) to ``out``; returns the bytes written.
+
+    The bytes go to a temporary file beside ``out``, which replaces ``out`` only once the
+    whole body (as many bytes as the reply's Content-Length) has arrived and is on disk:
+    a download that fails leaves ``out`` as it was and nothing else behind. Raises
+    ``FedlearnError`` naming the URL or the file.
+    """
     url = address if "://" in address else f"http://{address}"
     url = url.rstrip("/") + "/api/model.safetensors"
+    directory = os.path.dirname(os.path.abspath(out))
     try:
-        with urllib.request.urlopen(url, timeout=30) as r, open(out, "wb") as f:
+        f = tempfile.NamedTemporaryFile(dir=directory, prefix=os.path.basename(out) + ".",
+                                        suffix=".part", delete=False)
+    except OSError as e:
+        raise FedlearnError(f"{out}: {e.strerror or e}") from None
+    try:
+        with f:
+            n = _copy_body(url, f)
+            try:
+                f.flush()
+                os.fsync(f.fileno())
+            except OSError as e:
+                raise FedlearnError(f"{out}: {e.strerror or e}") from None
+        try:
+            os.replace(f.name, out)
+        except OSError as e:
+            raise FedlearnError(f"{out}: {e.strerror or e}") from None
+        return n
+    finally:
+        if os.path.exists(f.name):
+            os.unlink(f.name)
+
+
+def _copy_body(url: str, f: Any) -> int:
+    """Writes the body of a GET of ``url`` to ``f``; returns its length."""
+    try:
+        with urllib.request.urlopen(url, timeout=30) as r:
+            expected = r.headers.get("Content-Length")
             n = 0
             while True:
                 block = r.read(1 << 20)
                 if not block:
-                    return n
-                f.write(block)
+                    break
+                try:
+                    f.write(block)
+                except OSError as e:
+                    raise FedlearnError(f"{f.name}: {e.strerror or e}") from None
                 n += len(block)
-    except OSError as e:
-        raise FedlearnError(f"{url}: {e}") from None
+    except urllib.error.HTTPError as e:
+        raise FedlearnError(f"{url}: HTTP {e.code} {e.reason}") from None
+    except urllib.error.URLError as e:
+        raise FedlearnError(f"{url}: {e.reason}") from None
+    except (OSError, http.client.HTTPException) as e:
+        # A connection cut off mid-body (IncompleteRead), reset or timed out.
+        raise FedlearnError(f"{url}: {type(e).__name__}: {e}") from None
+    if expected is not None and n != int(expected):
+        raise FedlearnError(f"{url}: got {n:,} of {int(expected):,} bytes")
+    return n
 
 
 def main(argv: Optional[List[str]] = None) -> int:

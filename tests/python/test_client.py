@@ -1,6 +1,7 @@
 """fedlearn.Client and the command line against a real coordinator process."""
 
 import contextlib
+import http.server
 import io
 import os
 import socket
@@ -21,6 +22,13 @@ import fedlearn
 from fedlearn.__main__ import get_status, main as cli
 from fedlearn.v1 import coordinator_pb2
 from coordinator import Coordinator
+
+
+def free_port():
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def restartable(*flags):
@@ -483,6 +491,53 @@ class ClientTest(unittest.TestCase):
         finally:
             sys.stderr = sys_stderr
         self.assertIn("UNAVAILABLE", err.getvalue())
+
+    def test_a_failed_model_download_leaves_the_file_as_it_was(self):
+        def run_cli(*args):
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err), redirect_stdout(io.StringIO()):
+                code = cli(["model", *args])
+            return code, err.getvalue()
+
+        directory = tempfile.mkdtemp()
+        path = os.path.join(directory, "model.safetensors")
+        with open(path, "wb") as f:
+            f.write(b"the model of yesterday")
+
+        # A server that promises 1,000 bytes, sends 10 and hangs up.
+        class Short(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                self.send_response(200)
+                self.send_header("Content-Length", "1000")
+                self.end_headers()
+                self.wfile.write(b"0123456789")
+
+            def log_message(self, *args):
+                pass
+
+        server = http.server.HTTPServer(("127.0.0.1", 0), Short)
+        threading.Thread(target=server.handle_request, daemon=True).start()
+        code, err = run_cli(f"127.0.0.1:{server.server_port}", path)
+        server.server_close()
+        self.assertEqual(code, 1)
+        self.assertIn("got 10 of 1,000 bytes", err)
+        self.assertNotIn("Traceback", err)
+
+        # Nothing listens: the connection is refused.
+        code, err = run_cli(f"127.0.0.1:{free_port()}", path)
+        self.assertEqual(code, 1)
+        self.assertIn("/api/model.safetensors", err)
+
+        with open(path, "rb") as f:
+            self.assertEqual(f.read(), b"the model of yesterday")
+        self.assertEqual(os.listdir(directory), ["model.safetensors"])  # no .part left
+
+        # A directory that does not exist is named, not a traceback.
+        missing = os.path.join(directory, "no", "such", "model.safetensors")
+        code, err = run_cli(f"127.0.0.1:{free_port()}", missing)
+        self.assertEqual(code, 1)
+        self.assertIn(missing, err)
+        self.assertNotIn("Traceback", err)
 
     def test_watch_redraws_until_the_run_is_done(self):
         with Coordinator("--model=mlp_2nn", "--min_clients=1", "--max_rounds=2",
