@@ -17,6 +17,7 @@
 
 #include "absl/types/span.h"
 #include "benchmark/benchmark.h"
+#include "common/aligned_vector.h"
 #include "common/crc32c.h"
 #include "common/model_spec.h"
 #include "server/privacy/secure_gaussian.h"
@@ -29,11 +30,14 @@ namespace {
 
 constexpr int kUpdates = 8;
 
-const std::vector<std::vector<float>>& Updates() {
+// Held as the coordinator holds a received update: in a staging buffer, on a
+// cache line.
+using Update = AlignedVector<float>;
+
+const std::vector<Update>& Updates() {
   static const auto* updates = [] {
     const int64_t n = LookupModel("mnist_cnn")->num_parameters;
-    auto* u =
-        new std::vector<std::vector<float>>(kUpdates, std::vector<float>(n));
+    auto* u = new std::vector<Update>(kUpdates, Update(n));
     std::mt19937 rng(1);
     std::uniform_real_distribution<float> dist(-0.01f, 0.01f);
     for (auto& update : *u) {
@@ -56,7 +60,7 @@ void OverUpdates(benchmark::State& state, Pass pass) {
 }
 
 void BM_StreamingRead(benchmark::State& state) {
-  OverUpdates(state, [](const std::vector<float>& u) {
+  OverUpdates(state, [](const Update& u) {
     // An integer sum of the words: it vectorises (a float sum would not,
     // without -ffast-math), so this loop runs at the memory's read bandwidth.
     const auto* words = reinterpret_cast<const uint32_t*>(u.data());
@@ -69,7 +73,7 @@ BENCHMARK(BM_StreamingRead)->Unit(benchmark::kMicrosecond);
 
 void BM_FedAvgFold(benchmark::State& state) {
   WeightedMeanAggregator accumulator(Updates()[0].size());
-  OverUpdates(state, [&accumulator](const std::vector<float>& u) {
+  OverUpdates(state, [&accumulator](const Update& u) {
     accumulator.Fold(100.0, 1.0, u);
     benchmark::ClobberMemory();
   });
@@ -81,16 +85,15 @@ BENCHMARK(BM_FedAvgFold)->Unit(benchmark::kMicrosecond);
 // pass of its own), and the sum of squares that is both the finiteness check
 // and the update's norm (BM_L2Norm is that pass and its root).
 void BM_Crc32c(benchmark::State& state) {
-  OverUpdates(state, [](const std::vector<float>& u) {
+  OverUpdates(state, [](const Update& u) {
     benchmark::DoNotOptimize(Crc32c(u.data(), u.size() * sizeof(float)));
   });
 }
 BENCHMARK(BM_Crc32c)->Unit(benchmark::kMicrosecond);
 
 void BM_L2Norm(benchmark::State& state) {
-  OverUpdates(state, [](const std::vector<float>& u) {
-    benchmark::DoNotOptimize(L2Norm(u));
-  });
+  OverUpdates(state,
+              [](const Update& u) { benchmark::DoNotOptimize(L2Norm(u)); });
 }
 BENCHMARK(BM_L2Norm)->Unit(benchmark::kMicrosecond);
 

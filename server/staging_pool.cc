@@ -16,7 +16,7 @@ StagingPool::StagingPool(int num_buffers, size_t buffer_floats, Policy policy)
   // that never sees concurrent pushes never pays for them.
   free_.resize(num_buffers);
   if (!free_.empty()) {
-    free_.back() = std::make_unique<std::vector<float>>(buffer_floats_);
+    free_.back() = std::make_unique<AlignedVector<float>>(buffer_floats_);
   }
 }
 
@@ -44,7 +44,7 @@ StagingPool::Lease StagingPool::Acquire(Callback done, Preempt preempt,
   }
   // Allocated on first use, outside the lock.
   if (lease.buffer == nullptr)
-    lease.buffer = std::make_unique<std::vector<float>>(buffer_floats_);
+    lease.buffer = std::make_unique<AlignedVector<float>>(buffer_floats_);
   return lease;
 }
 

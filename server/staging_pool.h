@@ -13,6 +13,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/aligned_vector.h"
 
 namespace fedlearn {
 
@@ -50,7 +51,7 @@ struct StagingPolicy {
 // Thread-safe.
 class StagingPool {
  public:
-  using Buffer = std::unique_ptr<std::vector<float>>;
+  using Buffer = std::unique_ptr<AlignedVector<float>>;
   // Receives a queued lease's buffer, or nullptr when the wait was cancelled.
   // Called once, never under the pool's lock, on the thread that released the
   // buffer (or cancelled the wait).

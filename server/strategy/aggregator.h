@@ -6,6 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "common/aligned_vector.h"
 #include "server/strategy/update_store.h"
 
 namespace fedlearn {
@@ -108,7 +109,7 @@ class WeightedMeanAggregator final : public Aggregator {
   double total_weight() const { return total_weight_; }
 
  private:
-  std::vector<double> sum_;
+  AlignedVector<double> sum_;  // on a cache line: the fold streams it
   double total_weight_ = 0;
   int count_ = 0;
   bool finished_ = false;

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "common/aligned_vector.h"
 #include "server/privacy/dp_params.h"
 #include "server/strategy/aggregator.h"
 
@@ -67,8 +68,8 @@ class DpMeanAggregator final : public Aggregator {
   const DpParams params_;
   std::atomic<double> clip_norm_;
   double finished_clip_norm_ = 0;
-  std::vector<double> sum_;
-  int sampled_ = 0;  // the fixed denominator
+  AlignedVector<double> sum_;  // on a cache line: the fold streams it
+  int sampled_ = 0;            // the fixed denominator
   int count_ = 0;
   int within_clip_ = 0;  // folded updates whose norm was within C
   bool finished_ = false;

@@ -84,6 +84,10 @@ TEST(StagingPoolTest, HandsOutBuffersOfTheRightSizeImmediately) {
     ASSERT_EQ(rec.calls.size(), static_cast<size_t>(i + 1));
     ASSERT_NE(rec.calls[i].buffer, nullptr);
     EXPECT_EQ(rec.calls[i].buffer->size(), 1000u);
+    // On a cache line, so that no vector load of the update spans two.
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(rec.calls[i].buffer->data()) %
+                  kCacheLineBytes,
+              0u);
     EXPECT_EQ(pool.in_use(), i + 1);
   }
   // Three distinct buffers.
@@ -101,7 +105,7 @@ TEST(StagingPoolTest, AcquireBeyondTheLimitWaitsForARelease) {
   EXPECT_THAT(rec.Order(), ElementsAre(0, 1));
   EXPECT_EQ(pool.in_use(), 2);
 
-  const std::vector<float>* const released = rec.calls[0].buffer.get();
+  const AlignedVector<float>* const released = rec.calls[0].buffer.get();
   rec.Release(pool, 0);
   // The waiter receives the very buffer that was released; it stays in use.
   EXPECT_THAT(rec.Order(), ElementsAre(0, 1, 2));
@@ -126,7 +130,7 @@ TEST(StagingPoolTest, ReleasedBuffersAreReused) {
   Recorder rec;
   rec.Acquire(pool, 0);
   (*rec.calls[0].buffer)[0] = 42.0f;
-  const std::vector<float>* const address = rec.calls[0].buffer.get();
+  const AlignedVector<float>* const address = rec.calls[0].buffer.get();
   rec.Release(pool, 0);
   EXPECT_EQ(pool.in_use(), 0);
 
