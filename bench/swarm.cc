@@ -64,8 +64,11 @@ ABSL_FLAG(int, clients_per_connection, 1,
           "clients sharing one HTTP/2 connection (1: one each, as separate "
           "devices would)");
 ABSL_FLAG(int, join_concurrency, 256, "joins in flight at once");
-ABSL_FLAG(absl::Duration, idle_seconds, absl::Seconds(12),
-          "how long every client idles, polling, before the first round");
+ABSL_FLAG(absl::Duration, idle_seconds, absl::ZeroDuration(),
+          "how long every client idles, polling, before the first round (0: "
+          "--max_wait + 12 s, so that every client renews its long poll once "
+          "before the idle RSS is read: the first renewal adds about 3 KiB a "
+          "client to the coordinator's RSS)");
 ABSL_FLAG(absl::Duration, max_wait, absl::Seconds(30), "long poll max_wait");
 ABSL_FLAG(int, verify_every, 100,
           "reassemble and verify the download of one client in this many");
@@ -812,7 +815,10 @@ int Run() {
 
   // Idle: every client polls (and heartbeats); nothing else happens. The
   // first quarter lets the last polls settle before CPU is counted.
-  const absl::Duration idle = absl::GetFlag(FLAGS_idle_seconds);
+  absl::Duration idle = absl::GetFlag(FLAGS_idle_seconds);
+  if (idle == absl::ZeroDuration()) {
+    idle = absl::GetFlag(FLAGS_max_wait) + absl::Seconds(12);
+  }
   absl::SleepFor(idle / 4);
   const double cpu0 = pid > 0 ? CpuSeconds(pid) : 0;
   const absl::Time idle_from = absl::Now();

@@ -3,9 +3,10 @@
 # model in $MODELS: a fresh coordinator (--min_clients=N+1, --clients_per_round=N/10,
 # $ROUNDS rounds, --eval_clients=N/10, default timeouts), then bench/swarm: N simulated
 # clients on the gRPC callback API, each on its own connection, join, poll and heartbeat
-# idle for 12 s (the coordinator's CPU and RSS measured), then one more joins and the rounds
-# run: every selected client downloads the weights and pushes a small valid dense update at
-# once, so that a round's time is the coordinator's coordination alone ($COORDINATOR_FLAGS:
+# idle for 42 s, renewing every long poll once (the coordinator's CPU and RSS measured),
+# then one more joins and the rounds run: every selected client downloads the weights and
+# pushes a small valid dense update at once, so that a round's time is the coordinator's
+# coordination alone ($COORDINATOR_FLAGS:
 # more flags for the coordinator, e.g. --grpc_memory=512MiB; $SWARM_FLAGS: for swarm, e.g.
 # --clients_per_connection=3 where open files are capped below N). Prints swarm's
 # report per run; last line:
