@@ -275,6 +275,9 @@ class RunController {
   Strategy strategy_;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
   bool timer_dirty_ ABSL_GUARDED_BY(mu_) = false;  // wakes the timer thread
+  // When the timer thread, waiting, wakes on its own (InfinitePast while it
+  // runs): what needs it sooner sets timer_dirty_, and nothing else does.
+  absl::Time timer_wakes_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   v1::Phase phase_ ABSL_GUARDED_BY(mu_) = v1::PHASE_WAITING_FOR_CLIENTS;
   // The global model, handed out as a read-only `Weights` snapshot, and the
   // one before it: the next model is computed into `retired_` when nothing

@@ -143,6 +143,26 @@ std::vector<std::string> SampledNames(const std::vector<std::string>& order) {
   return names;
 }
 
+// A held poll is answered WAIT when its max_wait runs out, up to 50 ms early
+// (polls expiring that close together are answered in one wakeup of the timer
+// thread), never late: a poll expiring before the timer thread would next wake
+// on its own (within a second) wakes it. Were it not woken, each of these
+// polls, started just after the last one was answered, would wait for the
+// next tick, about a second.
+TEST_F(RunControllerTest, AHeldPollIsAnsweredWhenItsMaxWaitRunsOut) {
+  Start(SmallRun());
+  auto clients = JoinAll(2);  // fewer than min_clients: every poll is held
+  const absl::Time start = absl::Now();
+  for (int i = 0; i < 5; ++i) {
+    const absl::Time before = absl::Now();
+    auto wait = clients[0]->RequestUpdate(absl::Milliseconds(100));
+    ASSERT_TRUE(wait.ok()) << wait.status();
+    EXPECT_EQ(wait->task.type(), v1::TASK_TYPE_WAIT);
+    EXPECT_GE(absl::Now() - before, absl::Milliseconds(45)) << "poll " << i;
+  }
+  EXPECT_LT(absl::Now() - start, absl::Seconds(3));
+}
+
 TEST(CoordinatorSamplingTest, SameSeedAndNamesSampleAlikeWhateverTheJoinOrder) {
   const std::vector<std::string> names =
       SampledNames({"a", "b", "c", "d", "e"});
