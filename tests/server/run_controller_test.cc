@@ -153,14 +153,15 @@ TEST_F(RunControllerTest, AHeldPollIsAnsweredWhenItsMaxWaitRunsOut) {
   Start(SmallRun());
   auto clients = JoinAll(2);  // fewer than min_clients: every poll is held
   const absl::Time start = absl::Now();
-  for (int i = 0; i < 5; ++i) {
+  for (int i = 0; i < 8; ++i) {
     const absl::Time before = absl::Now();
     auto wait = clients[0]->RequestUpdate(absl::Milliseconds(100));
-    ASSERT_TRUE(wait.ok()) << wait.status();
-    EXPECT_EQ(wait->task.type(), v1::TASK_TYPE_WAIT);
-    EXPECT_GE(absl::Now() - before, absl::Milliseconds(45)) << "poll " << i;
+    ASSERT_TRUE(wait.ok()) << "poll " << i << ": " << wait.status();
+    EXPECT_EQ(wait->task.type(), v1::TASK_TYPE_WAIT) << "poll " << i;
+    EXPECT_GE(absl::Now() - before, absl::Milliseconds(40)) << "poll " << i;
   }
-  EXPECT_LT(absl::Now() - start, absl::Seconds(3));
+  // About 0.8 s; left to the timer's own ticks, about 8.
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
 }
 
 TEST(CoordinatorSamplingTest, SameSeedAndNamesSampleAlikeWhateverTheJoinOrder) {
