@@ -28,8 +28,10 @@ struct CacheLineAllocator {
     return static_cast<T*>(
         ::operator new (n * sizeof(T), std::align_val_t{kCacheLineBytes}));
   }
-  void deallocate(T* p, size_t n) noexcept {
-    ::operator delete (p, n * sizeof(T), std::align_val_t{kCacheLineBytes});
+  // The unsized form: clang declares sized deallocation only with
+  // -fsized-deallocation.
+  void deallocate(T* p, size_t /*n*/) noexcept {
+    ::operator delete (p, std::align_val_t{kCacheLineBytes});
   }
 
   friend bool operator==(const CacheLineAllocator&, const CacheLineAllocator&) {
