@@ -98,17 +98,13 @@ def download_model(address: str, out: str) -> int:
         raise FedlearnError(f"{out}: {e.strerror or e}") from None
     try:
         with f:
-            n = _copy_body(url, f)
-            try:
-                f.flush()
-                os.fsync(f.fileno())
-            except OSError as e:
-                raise FedlearnError(f"{out}: {e.strerror or e}") from None
-        try:
-            os.replace(f.name, out)
-        except OSError as e:
-            raise FedlearnError(f"{out}: {e.strerror or e}") from None
+            n = _copy_body(url, f)  # its errors name the URL or the file already
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(f.name, out)
         return n
+    except OSError as e:  # syncing, closing or renaming
+        raise FedlearnError(f"{out}: {e.strerror or e}") from None
     finally:
         if os.path.exists(f.name):
             os.unlink(f.name)
