@@ -25,9 +25,10 @@ Percentiles Of(std::vector<double> v) {
 
 namespace {
 
-// The number after `key` ("VmRSS:", "Threads:") in /proc/PID/status, or 0.
-int64_t StatusField(int pid, const std::string& key) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
+// The number after `key` in /proc/PID/FILE ("status": "VmRSS:", "Threads:";
+// "io": "wchar:"), or 0.
+int64_t ProcField(int pid, const char* file, const std::string& key) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/", file));
   std::string word;
   while (in >> word) {
     if (word == key) {
@@ -41,7 +42,7 @@ int64_t StatusField(int pid, const std::string& key) {
 
 }  // namespace
 
-int64_t RssKb(int pid) { return StatusField(pid, "VmRSS:"); }
+int64_t RssKb(int pid) { return ProcField(pid, "status", "VmRSS:"); }
 
 double CpuSeconds(int pid) {
   std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
@@ -72,7 +73,9 @@ int64_t OpenFds(int pid) {
   return n;
 }
 
-int64_t Threads(int pid) { return StatusField(pid, "Threads:"); }
+int64_t Threads(int pid) { return ProcField(pid, "status", "Threads:"); }
+
+int64_t BytesWritten(int pid) { return ProcField(pid, "io", "wchar:"); }
 
 double Slope(const std::vector<std::pair<double, double>>& points) {
   const double n = static_cast<double>(points.size());

@@ -24,6 +24,9 @@ int64_t RssKb(int pid);
 double CpuSeconds(int pid);
 int64_t OpenFds(int pid);
 int64_t Threads(int pid);
+// Bytes process `pid` has passed to write(2) and its kind so far
+// (/proc/PID/io, wchar), whatever the file.
+int64_t BytesWritten(int pid);
 
 // Least-squares slope of y over x (0 for fewer than two points).
 double Slope(const std::vector<std::pair<double, double>>& points);

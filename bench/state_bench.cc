@@ -13,16 +13,17 @@
 // of the figure, so compare sizes within one run, not across machines.
 
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "bench/process_stats.h"
 #include "benchmark/benchmark.h"
 #include "common/model_spec.h"
 #include "fedlearn/v1/coordinator.pb.h"
@@ -54,18 +55,6 @@ v1::RoundRecord Round(int64_t round) {
     record.add_accepted_clients(id);
   }
   return record;
-}
-
-// Bytes this process has passed to write(2) and its kind so far
-// (/proc/self/io, wchar): what a save writes, whatever the file.
-int64_t BytesWritten() {
-  std::ifstream io("/proc/self/io");
-  std::string key;
-  int64_t value = 0;
-  while (io >> key >> value) {
-    if (key == "wchar:") return value;
-  }
-  return -1;
 }
 
 void BM_SaveAfterARound(benchmark::State& state) {
@@ -102,7 +91,7 @@ void BM_SaveAfterARound(benchmark::State& state) {
     state.SkipWithError(std::string(s.message()).c_str());
     return;
   }
-  const int64_t written_before = BytesWritten();
+  const int64_t written_before = BytesWritten(getpid());
   for (auto _ : state) {
     history.Append(Round(++round));
     if (absl::Status s = save(); !s.ok()) {
@@ -112,7 +101,7 @@ void BM_SaveAfterARound(benchmark::State& state) {
   }
   const double saves = static_cast<double>(state.iterations());
   state.counters["written_per_save"] =
-      static_cast<double>(BytesWritten() - written_before) / saves;
+      static_cast<double>(BytesWritten(getpid()) - written_before) / saves;
   uint64_t files = 0;
   for (const auto& entry : std::filesystem::directory_iterator(dir)) {
     if (entry.is_regular_file()) files += entry.file_size();
