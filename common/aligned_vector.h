@@ -13,9 +13,9 @@ inline constexpr size_t kCacheLineBytes = 64;
 
 // An allocator whose blocks start on a cache line. glibc's malloc places a
 // large block 16 bytes past a page boundary, so with 64-byte vectors
-// (AVX-512) every load and store of it spans two cache lines: the FedAvg fold
-// ran at 11 GB/s over such blocks and at 18 GB/s over aligned ones, and a
-// plain read at 25 against 36 GB/s (README, "Receiving updates").
+// (AVX-512) most loads and stores of it span two cache lines: fedavg_bench's
+// fold ran at 10.3-11.1 GB/s over such blocks and at 14.4-15.3 over aligned
+// ones (README, "Receiving updates").
 template <typename T>
 struct CacheLineAllocator {
   using value_type = T;
