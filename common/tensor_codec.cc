@@ -23,6 +23,30 @@ std::string ShapeString(absl::Span<const int64_t> shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
 }
 
+// Calls fn(bytes, n) on each piece of `pieces` in order, past their first
+// `skip` bytes.
+template <typename Fn>
+void ForEachPiece(absl::Span<const absl::string_view> pieces, size_t skip,
+                  Fn fn) {
+  for (absl::string_view piece : pieces) {
+    const size_t drop = std::min(skip, piece.size());
+    skip -= drop;
+    if (piece.size() > drop) fn(piece.data() + drop, piece.size() - drop);
+  }
+}
+
+// Copies the first `n` bytes of `pieces` (which hold at least n) to `out`.
+void CopyPrefix(absl::Span<const absl::string_view> pieces, char* out,
+                size_t n) {
+  for (absl::string_view piece : pieces) {
+    if (n == 0) return;
+    const size_t step = std::min(n, piece.size());
+    std::memcpy(out, piece.data(), step);
+    out += step;
+    n -= step;
+  }
+}
+
 }  // namespace
 
 v1::ModelSpec ToProto(const ModelSpec& spec) {
@@ -203,12 +227,19 @@ ChunkAssembler::ChunkAssembler(const ModelSpec& spec, absl::Span<float> out,
       encoding_(UpdateEncoding(encoding)) {}
 
 absl::Status ChunkAssembler::Add(const v1::TensorChunk& chunk) {
+  const absl::string_view data = chunk.data();
+  return Add(chunk, absl::MakeConstSpan(&data, 1));
+}
+
+absl::Status ChunkAssembler::Add(const v1::TensorChunk& chunk,
+                                 absl::Span<const absl::string_view> data) {
   if (!error_.ok()) return error_;
-  error_ = AddChunk(chunk);
+  error_ = AddChunk(chunk, data);
   return error_;
 }
 
-absl::Status ChunkAssembler::AddChunk(const v1::TensorChunk& chunk) {
+absl::Status ChunkAssembler::AddChunk(
+    const v1::TensorChunk& chunk, absl::Span<const absl::string_view> pieces) {
   if (complete()) {
     return absl::InvalidArgumentError(
         absl::StrCat("chunk for tensor ", chunk.name(),
@@ -244,35 +275,39 @@ absl::Status ChunkAssembler::AddChunk(const v1::TensorChunk& chunk) {
         absl::StrCat("tensor ", t.name, ": expected ", total, " bytes, got ",
                      chunk.total_bytes()));
   }
-  const std::string& data = chunk.data();
-  if (data.size() > max_chunk_bytes_) {
+  size_t size = 0;
+  for (absl::string_view piece : pieces) size += piece.size();
+  if (size > max_chunk_bytes_) {
     return absl::ResourceExhaustedError(
-        absl::StrCat("tensor ", t.name, ": chunk of ", data.size(),
-                     " bytes, limit ", max_chunk_bytes_));
+        absl::StrCat("tensor ", t.name, ": chunk of ", size, " bytes, limit ",
+                     max_chunk_bytes_));
   }
   if (chunk.offset() != offset_) {
     return absl::InvalidArgumentError(
         absl::StrCat("tensor ", t.name, ": chunk at byte ", chunk.offset(),
                      ", expected ", offset_));
   }
-  if (data.empty() || data.size() > total - offset_) {
+  if (size == 0 || size > total - offset_) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "tensor ", t.name, ": chunk of ", data.size(), " bytes at byte ",
-        offset_, " does not fit its payload of ", total, " bytes"));
+        "tensor ", t.name, ": chunk of ", size, " bytes at byte ", offset_,
+        " does not fit its payload of ", total, " bytes"));
   }
-  if (quantized && offset_ == 0 && data.size() < sizeof(float)) {
+  if (quantized && offset_ == 0 && size < sizeof(float)) {
     return absl::InvalidArgumentError(
         absl::StrCat("tensor ", t.name,
                      ": the first chunk of a quantized tensor must hold its "
                      "4-byte scale, got ",
-                     data.size(), " bytes"));
+                     size, " bytes"));
   }
-  const uint32_t crc = Crc32c(data.data(), data.size());
+  uint32_t crc = 0;  // Crc32c of no bytes
+  for (absl::string_view piece : pieces) {
+    crc = ExtendCrc32c(crc, piece.data(), piece.size());
+  }
   if (crc != chunk.chunk_crc32c()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "tensor ", t.name, ": checksum mismatch in chunk at byte ", offset_));
   }
-  const bool ends = offset_ + data.size() == total;
+  const bool ends = offset_ + size == total;
   if (ends != chunk.last()) {
     return absl::InvalidArgumentError(
         absl::StrCat("tensor ", t.name, ": chunk at byte ", offset_,
@@ -280,7 +315,7 @@ absl::Status ChunkAssembler::AddChunk(const v1::TensorChunk& chunk) {
                           : " is marked last but the tensor is incomplete"));
   }
   const uint32_t tensor_crc =
-      offset_ == 0 ? crc : ConcatCrc32c(tensor_crc_, crc, data.size());
+      offset_ == 0 ? crc : ConcatCrc32c(tensor_crc_, crc, size);
   if (ends && tensor_crc != chunk.tensor_crc32c()) {
     return absl::InvalidArgumentError(
         absl::StrCat("tensor ", t.name, ": whole-tensor checksum mismatch"));
@@ -288,34 +323,39 @@ absl::Status ChunkAssembler::AddChunk(const v1::TensorChunk& chunk) {
   float* dst;
   size_t decoded;
   if (quantized) {
-    const char* q = data.data();
-    size_t count = data.size();
+    size_t skip = 0;  // payload bytes of this chunk before its first int8
     if (offset_ == 0) {
-      std::memcpy(&scale_, q, sizeof(float));
+      CopyPrefix(pieces, reinterpret_cast<char*>(&scale_), sizeof(float));
       if (!(scale_ >= 0 && std::isfinite(scale_))) {
         return absl::InvalidArgumentError(
             absl::StrCat("tensor ", t.name, ": quantization scale ", scale_,
                          " is not a finite number >= 0"));
       }
-      q += sizeof(float);
-      count -= sizeof(float);
+      skip = sizeof(float);
     }
     // Element e sits at payload byte 4 + e.
-    dst = out_.data() + t.offset +
-          (offset_ + data.size() - count - sizeof(float));
-    for (size_t i = 0; i < count; ++i) {
-      dst[i] = scale_ * static_cast<float>(static_cast<int8_t>(q[i]));
-    }
-    decoded = count;
+    dst = out_.data() + t.offset + (offset_ + skip - sizeof(float));
+    float* next = dst;
+    const float scale = scale_;
+    ForEachPiece(pieces, skip, [&next, scale](const char* q, size_t n) {
+      for (size_t i = 0; i < n; ++i) {
+        next[i] = scale * static_cast<float>(static_cast<int8_t>(q[i]));
+      }
+      next += n;
+    });
+    decoded = size - skip;
   } else {
     // Chunks may split the payload at any byte, a value across two chunks
     // included: the bytes land where they belong, and the values this chunk
     // completes are checked.
-    char* payload = reinterpret_cast<char*>(out_.data() + t.offset);
-    std::memcpy(payload + offset_, data.data(), data.size());
+    char* next = reinterpret_cast<char*>(out_.data() + t.offset) + offset_;
+    ForEachPiece(pieces, 0, [&next](const char* bytes, size_t n) {
+      std::memcpy(next, bytes, n);
+      next += n;
+    });
     const size_t first = offset_ / sizeof(float);
     dst = out_.data() + t.offset + first;
-    decoded = (offset_ + data.size()) / sizeof(float) - first;
+    decoded = (offset_ + size) / sizeof(float) - first;
   }
   // The values this chunk completed, while they are in cache.
   const double squares = SumOfSquares({dst, decoded});
@@ -326,8 +366,8 @@ absl::Status ChunkAssembler::AddChunk(const v1::TensorChunk& chunk) {
   }
   sum_of_squares_ += squares;
   tensor_crc_ = tensor_crc;
-  offset_ += data.size();
-  bytes_received_ += static_cast<int64_t>(data.size());
+  offset_ += size;
+  bytes_received_ += static_cast<int64_t>(size);
   if (ends) {
     ++tensor_;
     offset_ = 0;

@@ -104,6 +104,11 @@ class ChunkAssembler {
                  v1::Encoding encoding = v1::ENCODING_DENSE);
 
   absl::Status Add(const v1::TensorChunk& chunk);
+  // The same with the payload given apart, in pieces (in their order), in
+  // place of chunk.data(), which is not read: a chunk read in place
+  // (ReadChunkInPlace).
+  absl::Status Add(const v1::TensorChunk& chunk,
+                   absl::Span<const absl::string_view> data);
 
   // OK once every tensor has arrived whole; INVALID_ARGUMENT naming the first
   // missing tensor otherwise.
@@ -116,7 +121,8 @@ class ChunkAssembler {
   double sum_of_squares() const { return sum_of_squares_; }
 
  private:
-  absl::Status AddChunk(const v1::TensorChunk& chunk);
+  absl::Status AddChunk(const v1::TensorChunk& chunk,
+                        absl::Span<const absl::string_view> data);
 
   const ModelSpec& spec_;
   absl::Span<float> out_;

@@ -4,6 +4,9 @@
 // re-encoded by ChunkWriter and assembled again to the same bits, and with
 // require_finite every accepted value is finite.
 //
+// The payload goes in as three pieces (ChunkAssembler::Add's form for a chunk
+// read in place); the re-encoded stream, in one.
+//
 // Input: one byte of options (bit 0: quantized, bit 1: require finite, bits
 // 2-7: the chunk size limit in 16-byte steps), then length-prefixed serialized
 // TensorChunk messages (fuzz_util.h).
@@ -34,7 +37,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (!chunk.ParseFromArray(piece.data(), static_cast<int>(piece.size()))) {
       continue;
     }
-    status = assembler.Add(chunk);
+    // The payload in three pieces, as a chunk read in place arrives.
+    const absl::string_view payload = chunk.data();
+    const size_t third = payload.size() / 3;
+    const absl::string_view pieces[] = {payload.substr(0, third),
+                                        payload.substr(third, third),
+                                        payload.substr(2 * third)};
+    status = assembler.Add(chunk, pieces);
   }
   if (!status.ok() || !assembler.Finish().ok()) return 0;
   if (require_finite && !AllFinite(out)) std::abort();

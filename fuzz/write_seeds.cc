@@ -67,6 +67,37 @@ void ChunkStreams() {
   }
 }
 
+// PushGradientRequests carrying a chunk: as a client serializes them, with a
+// field the reader does not know, and with the chunk given in two parts
+// (protobuf merges them); each after a byte that seeds where it is cut.
+void ChunkMessages() {
+  ChunkWriter writer(TinySpec(), Values(), 16, v1::ENCODING_DENSE);
+  v1::PushGradientRequest request;
+  if (!writer.Next(request.mutable_chunk())) std::abort();
+  const std::string plain = request.SerializeAsString();
+  Seed("chunk_wire", "dense", std::string(1, '\x07') + plain);
+  ChunkWriter quantized(TinySpec(), Values(), 16, v1::ENCODING_QUANTIZED);
+  v1::PushGradientRequest q;
+  if (!quantized.Next(q.mutable_chunk())) std::abort();
+  Seed("chunk_wire", "quantized",
+       std::string(1, '\x2a') + q.SerializeAsString());
+  // Field 15, a varint: unknown to TensorChunk. The chunk stays under 128
+  // bytes, so its length is one byte.
+  const std::string with_unknown =
+      request.chunk().SerializeAsString() + "\x78\x05";
+  if (with_unknown.size() >= 128) std::abort();
+  Seed("chunk_wire", "unknown_field",
+       std::string(1, '\x01') + "\x12" +
+           static_cast<char>(with_unknown.size()) + with_unknown);
+  v1::PushGradientRequest data_only;
+  data_only.mutable_chunk()->set_data(request.chunk().data());
+  v1::PushGradientRequest fields_only = request;
+  fields_only.mutable_chunk()->clear_data();
+  Seed("chunk_wire", "two_parts",
+       std::string(1, '\x03') + fields_only.SerializeAsString() +
+           data_only.SerializeAsString());
+}
+
 void Requests() {
   v1::UpdateHeader header;
   header.set_client_id("client-1");
@@ -140,6 +171,7 @@ int main(int argc, char** argv) {
   }
   fedlearn::fuzz::root = argv[1];
   fedlearn::fuzz::ChunkStreams();
+  fedlearn::fuzz::ChunkMessages();
   fedlearn::fuzz::Requests();
   fedlearn::fuzz::Safetensors();
   fedlearn::fuzz::Idx();

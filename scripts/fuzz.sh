@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 seconds="${1:-60}"
 shift || true
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(chunk_assembler request_validation safetensors idx config state)
+[ ${#targets[@]} -eq 0 ] && targets=(chunk_assembler chunk_wire request_validation safetensors idx config state)
 build_dir="${ASAN_BUILD_DIR:-build-asan}"
 scripts/sanitize-build.sh "${targets[@]/%/_fuzzer}"
 failed=()

@@ -8,6 +8,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/chunk_wire.h"
 #include "common/grpc_status.h"
 #include "common/log.h"
 #include "common/tensor_codec.h"
@@ -32,8 +33,8 @@ absl::string_view BearerToken(const grpc::CallbackServerContext& context) {
   return value.substr(kBearer.size());
 }
 
-// `message`'s wire bytes in a slice of their own (what RequestUpdate writes).
-grpc::Slice Serialize(const v1::TaskMessage& message) {
+// `message`'s wire bytes in a slice of their own (what the raw methods write).
+grpc::Slice Serialize(const google::protobuf::MessageLite& message) {
   grpc_slice slice = grpc_slice_malloc(message.ByteSizeLong());
   message.SerializeWithCachedSizesToArray(GRPC_SLICE_START_PTR(slice));
   return grpc::Slice(slice, grpc::Slice::STEAL_REF);
@@ -190,14 +191,13 @@ class CoordinatorService::TaskWriter final
 // under the reactor's PreemptGuard, which OnDone closes (waiting for a
 // Preempt under way) before the reactor is deleted.
 class CoordinatorService::UpdateReader final
-    : public grpc::ServerReadReactor<v1::PushGradientRequest> {
+    : public grpc::ServerReadReactor<grpc::ByteBuffer> {
  public:
   UpdateReader(CoordinatorService* service,
-               grpc::CallbackServerContext* context,
-               v1::PushGradientResponse* response)
+               grpc::CallbackServerContext* context, grpc::ByteBuffer* response)
       : service_(service), context_(context), response_(response) {
     HappensBefore(this);  // the members above, for the first OnReadDone
-    StartRead(&request_);
+    StartRead(&message_);
   }
 
   void OnReadDone(bool ok) override {
@@ -210,20 +210,8 @@ class CoordinatorService::UpdateReader final
         EndOfStreamLocked();
       } else if (!header_.has_value()) {
         OnHeaderLocked();
-      } else if (!request_.has_chunk()) {
-        RejectLocked(Rejection::kInvalid,
-                     absl::InvalidArgumentError(
-                         "after the header a push carries only chunks"));
-      } else if (absl::Status s = assembler_->Add(request_.chunk()); !s.ok()) {
-        RejectLocked(s.code() == absl::StatusCode::kResourceExhausted
-                         ? Rejection::kTooLarge
-                         : Rejection::kInvalid,
-                     s);
       } else {
-        service_->staging_.Progress(
-            lease_, static_cast<int64_t>(request_.chunk().data().size()),
-            absl::Now());
-        StartRead(&request_);
+        OnChunkLocked();
       }
     });
   }
@@ -267,8 +255,16 @@ class CoordinatorService::UpdateReader final
     if (back != nullptr) pool->Release(lease, std::move(back), absl::Now());
   }
 
+  // `message_` parsed by protobuf into `request_`; false if it is not a
+  // PushGradientRequest.
+  bool ParseLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return grpc::SerializationTraits<v1::PushGradientRequest>::Deserialize(
+               &message_, &request_)
+        .ok();
+  }
+
   void OnHeaderLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (!request_.has_header()) {
+    if (!ParseLocked() || !request_.has_header()) {
       FinishLocked(absl::InvalidArgumentError(
           absl::StrCat(CallerName(),
                        ": the first message of a push must be "
@@ -325,7 +321,49 @@ class CoordinatorService::UpdateReader final
     // sending its chunks (CoordinatorClient does) has nothing but its header in
     // flight while queued.
     StartSendInitialMetadata();
-    StartRead(&request_);
+    StartRead(&message_);
+  }
+
+  // A chunk message: verified and copied into the staging buffer from where
+  // gRPC received it; protobuf parses only a message of another shape (which
+  // no client of ours sends).
+  void OnChunkLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    slices_.clear();
+    pieces_.clear();
+    if (message_.Dump(&slices_).ok()) {
+      for (const grpc::Slice& slice : slices_) {
+        pieces_.emplace_back(reinterpret_cast<const char*>(slice.begin()),
+                             slice.size());
+      }
+    }
+    const bool in_place = ReadChunkInPlace(
+        pieces_, v1::PushGradientRequest::kChunkFieldNumber, &chunk_);
+    if (!in_place && (!ParseLocked() || !request_.has_chunk())) {
+      RejectLocked(Rejection::kInvalid,
+                   absl::InvalidArgumentError(
+                       "after the header a push carries only chunks"));
+      return;
+    }
+    const v1::TensorChunk& fields = in_place ? chunk_.fields : request_.chunk();
+    const absl::string_view parsed = request_.chunk().data();
+    const absl::Span<const absl::string_view> data =
+        in_place ? absl::MakeConstSpan(chunk_.data)
+                 : absl::MakeConstSpan(&parsed, 1);
+    int64_t bytes = 0;
+    for (absl::string_view piece : data) bytes += piece.size();
+    if (absl::Status s = assembler_->Add(fields, data); !s.ok()) {
+      RejectLocked(s.code() == absl::StatusCode::kResourceExhausted
+                       ? Rejection::kTooLarge
+                       : Rejection::kInvalid,
+                   s);
+      return;
+    }
+    // gRPC's buffers are let go before the next read.
+    pieces_.clear();
+    slices_.clear();
+    message_.Clear();
+    service_->staging_.Progress(lease_, bytes, absl::Now());
+    StartRead(&message_);
   }
 
   // From the watchdog thread: the pool takes the buffer back. The read still
@@ -367,7 +405,10 @@ class CoordinatorService::UpdateReader final
     auto result = service_->controller_->CommitUpdate(
         *ticket_, *header_, absl::MakeSpan(*buffer_),
         assembler_->bytes_received(), std::sqrt(assembler_->sum_of_squares()));
-    if (result.ok()) *response_ = *std::move(result);
+    if (result.ok()) {
+      const grpc::Slice reply = Serialize(*result);
+      *response_ = grpc::ByteBuffer(&reply, 1);
+    }
     FinishLocked(result.status());
   }
 
@@ -405,10 +446,16 @@ class CoordinatorService::UpdateReader final
 
   CoordinatorService* const service_;
   grpc::CallbackServerContext* const context_;
-  v1::PushGradientResponse* const response_;
+  grpc::ByteBuffer* const response_;
   absl::Mutex mu_;
   bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::ByteBuffer message_;  // the message being read
+  // The header, and any message ReadChunkInPlace leaves to protobuf.
   v1::PushGradientRequest request_;
+  // A chunk read in place, and what it is read from: message_'s slices.
+  ChunkInPlace chunk_;
+  std::vector<grpc::Slice> slices_;
+  std::vector<absl::string_view> pieces_;
   std::optional<v1::UpdateHeader> header_;
   std::optional<Ticket> ticket_;  // once the header is admitted
   std::atomic<uint64_t> lease_{0};
@@ -517,9 +564,8 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* CoordinatorService::RequestUpdate(
   return new TaskWriter(this, context, *request);
 }
 
-grpc::ServerReadReactor<v1::PushGradientRequest>*
-CoordinatorService::PushGradient(grpc::CallbackServerContext* context,
-                                 v1::PushGradientResponse* response) {
+grpc::ServerReadReactor<grpc::ByteBuffer>* CoordinatorService::PushGradient(
+    grpc::CallbackServerContext* context, grpc::ByteBuffer* response) {
   return new UpdateReader(this, context, response);
 }
 

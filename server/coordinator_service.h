@@ -25,12 +25,16 @@ namespace fedlearn {
 // finishes. Thread-safe; `controller` must outlive it.
 // A watchdog thread keeps slow and stalled clients from holding anyone else up
 // (StagingPool, TaskWriter).
-// RequestUpdate is a raw method (grpc::ByteBuffer in and out): its chunk
-// messages go out as the bytes serialized once per model version, which every
-// stream of that version references instead of serializing its own copy.
+// RequestUpdate and PushGradient are raw methods (grpc::ByteBuffer in and
+// out), for the bytes they move: RequestUpdate's chunk messages go out as the
+// bytes serialized once per model version, which every stream of that version
+// references instead of serializing its own copy; PushGradient reads each
+// chunk's payload where gRPC received it (ReadChunkInPlace) instead of having
+// protobuf copy it out first.
 class CoordinatorService final
     : public v1::Coordinator::WithRawCallbackMethod_RequestUpdate<
-          v1::Coordinator::CallbackService> {
+          v1::Coordinator::WithRawCallbackMethod_PushGradient<
+              v1::Coordinator::CallbackService>> {
  public:
   explicit CoordinatorService(RunController* controller);
   ~CoordinatorService() override;
@@ -43,9 +47,11 @@ class CoordinatorService final
   grpc::ServerWriteReactor<grpc::ByteBuffer>* RequestUpdate(
       grpc::CallbackServerContext* context,
       const grpc::ByteBuffer* request) override;
-  grpc::ServerReadReactor<v1::PushGradientRequest>* PushGradient(
+  // Each message read is a serialized v1::PushGradientRequest; `response`
+  // gets a serialized v1::PushGradientResponse.
+  grpc::ServerReadReactor<grpc::ByteBuffer>* PushGradient(
       grpc::CallbackServerContext* context,
-      v1::PushGradientResponse* response) override;
+      grpc::ByteBuffer* response) override;
   grpc::ServerUnaryReactor* ReportEval(
       grpc::CallbackServerContext* context,
       const v1::ReportEvalRequest* request,

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/coordinator_client.h"
+#include "common/grpc_status.h"
 #include "common/model_spec.h"
 #include "common/safetensors.h"
 #include "common/tensor_codec.h"
@@ -240,6 +241,115 @@ TEST_F(CoordinatorServiceTest, OversizedChunkIsResourceExhausted) {
   EXPECT_EQ(a.PushMessages(messages).status().code(),
             absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(Global(), before);
+}
+
+// A push of exactly these wire messages through the generic stub, as `client`:
+// for bytes no protobuf serializer would write. Returns the call's status and,
+// when OK, the response.
+absl::StatusOr<v1::PushGradientResponse> RawPush(
+    const std::shared_ptr<grpc::Channel>& channel,
+    const CoordinatorClient& client, const std::vector<std::string>& messages) {
+  grpc::GenericStub stub(channel);
+  grpc::CompletionQueue cq;
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kWait));
+  context.AddMetadata("authorization",
+                      absl::StrCat("Bearer ", client.session_token()));
+  auto call =
+      stub.PrepareCall(&context, "/fedlearn.v1.Coordinator/PushGradient", &cq);
+  void* tag;
+  bool ok;
+  auto step = [&](intptr_t id) {
+    return cq.Next(&tag, &ok) && ok && tag == reinterpret_cast<void*>(id);
+  };
+  call->StartCall(reinterpret_cast<void*>(1));
+  bool sending = step(1);
+  for (size_t i = 0; sending && i < messages.size(); ++i) {
+    grpc::Slice slice(messages[i]);
+    grpc::ByteBuffer out(&slice, 1);
+    call->Write(out, reinterpret_cast<void*>(2));
+    sending = step(2);  // false once the coordinator has answered
+  }
+  if (sending) {
+    call->WritesDone(reinterpret_cast<void*>(3));
+    step(3);
+  }
+  grpc::ByteBuffer in;
+  call->Read(&in, reinterpret_cast<void*>(4));
+  const bool got = step(4);
+  grpc::Status status;
+  call->Finish(&status, reinterpret_cast<void*>(5));
+  cq.Next(&tag, &ok);
+  if (!status.ok()) return FromGrpcStatus(status);
+  v1::PushGradientResponse response;
+  if (!got || !grpc::SerializationTraits<v1::PushGradientResponse>::Deserialize(
+                   &in, &response)
+                   .ok()) {
+    return absl::InternalError("no response");
+  }
+  return response;
+}
+
+// A chunk message may come in any form protobuf parses to the same chunk: the
+// coordinator reads the usual form in place and hands the others to protobuf,
+// and both count alike. Bytes that are not a push message are rejected, naming
+// the client, and change nothing.
+TEST_F(CoordinatorServiceTest, ChunkMessagesCountInEveryWireFormProtobufReads) {
+  CoordinatorOptions o = SmallRun();
+  o.min_clients = 2;
+  o.clients_per_round = 2;
+  o.tolerance = 0;  // both updates count
+  Start(o);
+  auto clients = JoinAll(2);
+  for (auto& c : clients) ASSERT_EQ(NextTask(*c).task.round(), 1);
+  CoordinatorClient& a = *clients[0];
+  const std::vector<float> before = Global();
+  const std::vector<v1::PushGradientRequest> messages = Messages(
+      a, Header(1, 10, 1.0), std::vector<float>(NumParameters(), 0.25f));
+  ASSERT_GT(messages.size(), 4u);
+
+  std::vector<std::string> garbage = {messages[0].SerializeAsString(),
+                                      std::string("\xff\xff\xff", 3)};
+  const absl::StatusOr<v1::PushGradientResponse> rejected =
+      RawPush(channel_, a, garbage);
+  EXPECT_EQ(rejected.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(rejected.status().message(),
+              HasSubstr(absl::StrCat("client ", a.client_id())));
+  EXPECT_THAT(rejected.status().message(), HasSubstr("only chunks"));
+  ASSERT_EQ(Global(), before);
+
+  // Chunk by chunk: as serialized; in two parts, which protobuf merges (the
+  // fields, then the payload); with a field TensorChunk does not have.
+  std::vector<std::string> wire = {messages[0].SerializeAsString()};
+  for (size_t i = 1; i < messages.size(); ++i) {
+    const v1::PushGradientRequest& m = messages[i];
+    if (i % 3 == 1) {
+      wire.push_back(m.SerializeAsString());
+    } else if (i % 3 == 2) {
+      v1::PushGradientRequest fields = m;
+      fields.mutable_chunk()->clear_data();
+      v1::PushGradientRequest payload;
+      payload.mutable_chunk()->set_data(m.chunk().data());
+      wire.push_back(fields.SerializeAsString() + payload.SerializeAsString());
+    } else {
+      v1::PushGradientRequest unknown = m;
+      unknown.mutable_chunk()
+          ->GetReflection()
+          ->MutableUnknownFields(unknown.mutable_chunk())
+          ->AddVarint(15, 5);
+      wire.push_back(unknown.SerializeAsString());
+    }
+  }
+  ASSERT_TRUE(RawPush(channel_, a, wire).ok());
+  ASSERT_TRUE(clients[1]
+                  ->PushUpdate(Header(1, 30, 1.0),
+                               std::vector<float>(NumParameters(), 0.5f))
+                  .ok());
+  // (10 x 0.25 + 30 x 0.5) / 40 = 0.4375, exactly.
+  const std::vector<float> after = Global();
+  for (size_t j = 0; j < after.size(); ++j) {
+    ASSERT_EQ(after[j], static_cast<float>(double{before[j]} + 0.4375)) << j;
+  }
 }
 
 TEST_F(CoordinatorServiceTest, TokensAreCheckedOnEveryCall) {
