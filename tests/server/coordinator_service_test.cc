@@ -39,7 +39,20 @@ using testing::Header;
 using testing::kWait;
 using testing::SmallRun;
 
-class CoordinatorServiceTest : public testing::ServiceTest {};
+class CoordinatorServiceTest : public testing::ServiceTest {
+ protected:
+  // Two clients, both given round 1's task, and both updates counted.
+  std::vector<std::unique_ptr<CoordinatorClient>> StartRoundOfTwo() {
+    CoordinatorOptions o = SmallRun();
+    o.min_clients = 2;
+    o.clients_per_round = 2;
+    o.tolerance = 0;
+    Start(o);
+    auto clients = JoinAll(2);
+    for (auto& c : clients) EXPECT_EQ(NextTask(*c).task.round(), 1);
+    return clients;
+  }
+};
 
 TEST_F(CoordinatorServiceTest, RejectedUpdatesLeaveTheModelBitIdentical) {
   CoordinatorOptions o = SmallRun();
@@ -187,13 +200,7 @@ TEST_F(CoordinatorServiceTest, RejectedUpdatesLeaveTheModelBitIdentical) {
 
 TEST_F(CoordinatorServiceTest,
        QuantizedUpdatesMoveTheModelByTheirDecodedValues) {
-  CoordinatorOptions o = SmallRun();
-  o.min_clients = 2;
-  o.clients_per_round = 2;
-  o.tolerance = 0;  // both updates count
-  Start(o);
-  auto clients = JoinAll(2);
-  for (auto& c : clients) ASSERT_EQ(NextTask(*c).task.round(), 1);
+  auto clients = StartRoundOfTwo();
   const std::vector<float> before = Global();
   // Per tensor: values spread over (-1, 1) times a tensor-specific size.
   const ModelSpec& spec = clients[0]->spec();
@@ -295,13 +302,7 @@ absl::StatusOr<v1::PushGradientResponse> RawPush(
 // and both count alike. Bytes that are not a push message are rejected, naming
 // the client, and change nothing.
 TEST_F(CoordinatorServiceTest, ChunkMessagesCountInEveryWireFormProtobufReads) {
-  CoordinatorOptions o = SmallRun();
-  o.min_clients = 2;
-  o.clients_per_round = 2;
-  o.tolerance = 0;  // both updates count
-  Start(o);
-  auto clients = JoinAll(2);
-  for (auto& c : clients) ASSERT_EQ(NextTask(*c).task.round(), 1);
+  auto clients = StartRoundOfTwo();
   CoordinatorClient& a = *clients[0];
   const std::vector<float> before = Global();
   const std::vector<v1::PushGradientRequest> messages = Messages(
