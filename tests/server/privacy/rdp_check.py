@@ -22,12 +22,15 @@ s = z / sqrt(rounds)) and within 25% of it.
 Usage: rdp_check.py PATH/TO/fedlearn-epsilon
 """
 import json
+import multiprocessing
 import subprocess
 import sys
 
 import mpmath as mp
 
-mp.mp.dps = 20
+# 12 digits: the tool and the integral then agree to about 2e-10, far inside the
+# tolerance, in half the time that 20 digits take (the test ran for a minute).
+mp.mp.dps = 12
 TOLERANCE = 1e-3
 
 # (q, z, rounds): the privacy.sh settings (q = 10/100, z in {0.5, 1, 2}), a
@@ -90,6 +93,7 @@ def main():
     failures = []
     checks = 0
     worst = 0.0  # the largest relative difference from the tool seen
+    pool = multiprocessing.Pool()  # one integral per order, on every core
     for q, z, rounds in CASES:
         out = subprocess.run(
             [tool, f"--sampling_rate={q}", f"--noise_multiplier={z}",
@@ -97,7 +101,7 @@ def main():
             check=True, capture_output=True, text=True).stdout
         got = json.loads(out)
         orders = got["orders"]
-        mine = [rdp_by_integration(q, z, a) for a in orders]
+        mine = pool.starmap(rdp_by_integration, [(q, z, a) for a in orders])
         for a, theirs, ours in zip(orders, got["rdp"], mine):
             checks += 1
             worst = max(worst, relative(theirs, ours))
@@ -131,6 +135,8 @@ def main():
                                 f"{exact} (ratio {ratio:.3f})")
             line += f" exact Gaussian {exact:.4f}"
         print(line)
+    pool.close()
+    pool.join()
     print(f"largest relative difference from fedlearn-epsilon: {worst:.2e}")
     for f in failures:
         print("FAIL:", f)
