@@ -68,7 +68,8 @@ ABSL_FLAG(absl::Duration, idle_seconds, absl::ZeroDuration(),
           "how long every client idles, polling, before the first round (0: "
           "--max_wait + 12 s, so that every client renews its long poll once "
           "before the idle RSS is read: the first renewal adds about 3 KiB a "
-          "client to the coordinator's RSS)");
+          "client to the coordinator's RSS); from then on the coordinator's "
+          "RSS, fds and threads are read every 10 s and their slopes printed");
 ABSL_FLAG(absl::Duration, max_wait, absl::Seconds(30), "long poll max_wait");
 ABSL_FLAG(int, verify_every, 100,
           "reassemble and verify the download of one client in this many");
@@ -819,10 +820,26 @@ int Run() {
   if (idle == absl::ZeroDuration()) {
     idle = absl::GetFlag(FLAGS_max_wait) + absl::Seconds(12);
   }
+  const absl::Time idle_start = absl::Now();
   absl::SleepFor(idle / 4);
   const double cpu0 = pid > 0 ? CpuSeconds(pid) : 0;
   const absl::Time idle_from = absl::Now();
-  absl::SleepFor(idle - idle / 4);
+  // Once every client has renewed its poll (--max_wait + 12 s), the
+  // coordinator's RSS, open files and threads every 10 s, against minutes:
+  // idling must not grow the coordinator. With --max_wait=2s a quarter of an
+  // hour renews every poll hundreds of times.
+  const absl::Time idle_end = idle_start + idle;
+  const absl::Time renewed =
+      idle_start + absl::GetFlag(FLAGS_max_wait) + absl::Seconds(12);
+  std::vector<std::pair<double, double>> idle_rss, idle_fds, idle_threads;
+  for (absl::Time now = absl::Now(); now < idle_end; now = absl::Now()) {
+    absl::SleepFor(std::min(absl::Seconds(10), idle_end - now));
+    if (pid <= 0 || absl::Now() < renewed) continue;
+    const double minutes = absl::ToDoubleMinutes(absl::Now() - renewed);
+    idle_rss.emplace_back(minutes, static_cast<double>(RssKb(pid)));
+    idle_fds.emplace_back(minutes, static_cast<double>(OpenFds(pid)));
+    idle_threads.emplace_back(minutes, static_cast<double>(Threads(pid)));
+  }
   const double idle_cpu =
       pid > 0 ? (CpuSeconds(pid) - cpu0) /
                     absl::ToDoubleSeconds(absl::Now() - idle_from)
@@ -874,6 +891,16 @@ int Run() {
         static_cast<double>(rss_idle - rss_before) / n, rss_peak / 1024.0);
     std::printf("coordinator CPU while every client idles: %.1f%% of a core\n",
                 idle_cpu * 100);
+    // Three samples at least: 30 s past the first renewals.
+    if (idle_rss.size() >= 3) {
+      std::printf(
+          "coordinator while idle after the first poll renewals (%zu samples "
+          "over %.1f min): RSS %.1f to %.1f MiB, slope %+.1f KiB, fds %+.3f, "
+          "threads %+.3f per minute\n",
+          idle_rss.size(), idle_rss.back().first,
+          idle_rss.front().second / 1024.0, idle_rss.back().second / 1024.0,
+          Slope(idle_rss), Slope(idle_fds), Slope(idle_threads));
+    }
   }
   std::printf("%-6s %9s %12s %12s %12s %9s %9s\n", "round", "downloads",
               "fan-out s", "close->next s", "round s", "accepted", "rejected");
