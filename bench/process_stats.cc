@@ -91,4 +91,20 @@ double Slope(const std::vector<std::pair<double, double>>& points) {
   return d == 0 ? 0 : (n * sxy - sx * sy) / d;
 }
 
+ResourceSample ReadResources(int pid, double at) {
+  return {at, RssKb(pid), OpenFds(pid), Threads(pid)};
+}
+
+ResourceSlopes SlopesFrom(const std::vector<ResourceSample>& samples,
+                          double from) {
+  std::vector<std::pair<double, double>> rss, fds, threads;
+  for (const ResourceSample& x : samples) {
+    if (x.at < from) continue;
+    rss.emplace_back(x.at, static_cast<double>(x.rss_kb));
+    fds.emplace_back(x.at, static_cast<double>(x.fds));
+    threads.emplace_back(x.at, static_cast<double>(x.threads));
+  }
+  return {Slope(rss), Slope(fds), Slope(threads), rss.size()};
+}
+
 }  // namespace fedlearn

@@ -31,6 +31,23 @@ int64_t BytesWritten(int pid);
 // Least-squares slope of y over x (0 for fewer than two points).
 double Slope(const std::vector<std::pair<double, double>>& points);
 
+// A process's resources at one point of a run: `at` is what the slopes are
+// taken against (a round, minutes).
+struct ResourceSample {
+  double at;
+  int64_t rss_kb, fds, threads;
+};
+ResourceSample ReadResources(int pid, double at);
+
+// Least-squares slopes over `at` of the samples from `from` on, and how many
+// samples that is.
+struct ResourceSlopes {
+  double rss_kb = 0, fds = 0, threads = 0;
+  size_t samples = 0;
+};
+ResourceSlopes SlopesFrom(const std::vector<ResourceSample>& samples,
+                          double from);
+
 }  // namespace fedlearn
 
 #endif  // FEDLEARN_BENCH_PROCESS_STATS_H_

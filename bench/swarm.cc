@@ -815,30 +815,28 @@ int Run() {
                       absl::GetFlag(FLAGS_http_port));
 
   // Idle: every client polls (and heartbeats); nothing else happens. The
-  // first quarter lets the last polls settle before CPU is counted.
+  // first quarter lets the last polls settle before CPU is counted. By
+  // `renewal`, every client has renewed its poll once.
+  const absl::Duration renewal =
+      absl::GetFlag(FLAGS_max_wait) + absl::Seconds(12);
   absl::Duration idle = absl::GetFlag(FLAGS_idle_seconds);
-  if (idle == absl::ZeroDuration()) {
-    idle = absl::GetFlag(FLAGS_max_wait) + absl::Seconds(12);
-  }
+  if (idle == absl::ZeroDuration()) idle = renewal;
   const absl::Time idle_start = absl::Now();
   absl::SleepFor(idle / 4);
   const double cpu0 = pid > 0 ? CpuSeconds(pid) : 0;
   const absl::Time idle_from = absl::Now();
-  // Once every client has renewed its poll (--max_wait + 12 s), the
-  // coordinator's RSS, open files and threads every 10 s, against minutes:
-  // idling must not grow the coordinator. With --max_wait=2s a quarter of an
-  // hour renews every poll hundreds of times.
+  // Once every client has renewed its poll, the coordinator's resources every
+  // 10 s, against minutes: idling must not grow the coordinator. With
+  // --max_wait=2s a quarter of an hour renews every poll hundreds of times.
   const absl::Time idle_end = idle_start + idle;
-  const absl::Time renewed =
-      idle_start + absl::GetFlag(FLAGS_max_wait) + absl::Seconds(12);
-  std::vector<std::pair<double, double>> idle_rss, idle_fds, idle_threads;
+  const absl::Time renewed = idle_start + renewal;
+  std::vector<ResourceSample> idle_samples;
   for (absl::Time now = absl::Now(); now < idle_end; now = absl::Now()) {
     absl::SleepFor(std::min(absl::Seconds(10), idle_end - now));
-    if (pid <= 0 || absl::Now() < renewed) continue;
-    const double minutes = absl::ToDoubleMinutes(absl::Now() - renewed);
-    idle_rss.emplace_back(minutes, static_cast<double>(RssKb(pid)));
-    idle_fds.emplace_back(minutes, static_cast<double>(OpenFds(pid)));
-    idle_threads.emplace_back(minutes, static_cast<double>(Threads(pid)));
+    now = absl::Now();
+    if (pid <= 0 || now < renewed) continue;
+    idle_samples.push_back(
+        ReadResources(pid, absl::ToDoubleMinutes(now - renewed)));
   }
   const double idle_cpu =
       pid > 0 ? (CpuSeconds(pid) - cpu0) /
@@ -849,17 +847,14 @@ int Run() {
   // The starter: one more client, and the first round opens.
   const absl::Time rounds_start = absl::Now();
   // The coordinator's resources at each round (--sample_rounds).
-  struct Sample {
-    int64_t round, rss_kb, fds, threads;
-  };
-  std::vector<Sample> samples;
+  std::vector<ResourceSample> samples;
   std::atomic<bool> sampling{absl::GetFlag(FLAGS_sample_rounds) && pid > 0};
   std::thread sampler([&] {
     int64_t last = 0;
     while (sampling.load()) {
       const int64_t round = swarm.latest_round.load();
       if (round > last) {
-        samples.push_back({round, RssKb(pid), OpenFds(pid), Threads(pid)});
+        samples.push_back(ReadResources(pid, static_cast<double>(round)));
         last = round;
       }
       absl::SleepFor(absl::Milliseconds(20));
@@ -892,14 +887,16 @@ int Run() {
     std::printf("coordinator CPU while every client idles: %.1f%% of a core\n",
                 idle_cpu * 100);
     // Three samples at least: 30 s past the first renewals.
-    if (idle_rss.size() >= 3) {
+    if (idle_samples.size() >= 3) {
+      const ResourceSlopes slopes = SlopesFrom(idle_samples, 0);
       std::printf(
           "coordinator while idle after the first poll renewals (%zu samples "
           "over %.1f min): RSS %.1f to %.1f MiB, slope %+.1f KiB, fds %+.3f, "
           "threads %+.3f per minute\n",
-          idle_rss.size(), idle_rss.back().first,
-          idle_rss.front().second / 1024.0, idle_rss.back().second / 1024.0,
-          Slope(idle_rss), Slope(idle_fds), Slope(idle_threads));
+          slopes.samples, idle_samples.back().at,
+          idle_samples.front().rss_kb / 1024.0,
+          idle_samples.back().rss_kb / 1024.0, slopes.rss_kb, slopes.fds,
+          slopes.threads);
     }
   }
   std::printf("%-6s %9s %12s %12s %12s %9s %9s\n", "round", "downloads",
@@ -930,37 +927,32 @@ int Run() {
   swarm.Retries().Print("retried");
   errors.Print("error");
   if (!samples.empty()) {
-    std::vector<std::pair<double, double>> rss, fds, threads;
-    for (const Sample& x : samples) {
-      if (x.round < 50) continue;
-      rss.push_back({static_cast<double>(x.round), x.rss_kb / 1024.0});
-      fds.push_back({static_cast<double>(x.round), static_cast<double>(x.fds)});
-      threads.push_back(
-          {static_cast<double>(x.round), static_cast<double>(x.threads)});
-    }
     std::string every_50;
-    for (const Sample& x : samples) {
-      if (x.round % 50 == 0) {
-        absl::StrAppendFormat(&every_50, " %d:%.1f", x.round,
-                              x.rss_kb / 1024.0);
+    for (const ResourceSample& x : samples) {
+      const auto round = static_cast<int64_t>(x.at);
+      if (round % 50 == 0) {
+        absl::StrAppendFormat(&every_50, " %d:%.1f", round, x.rss_kb / 1024.0);
       }
     }
     std::printf("coordinator RSS (MiB) by round:%s\n", every_50.c_str());
-    const Sample& first = samples.front();
-    const Sample& last = samples.back();
-    std::printf("coordinator at round %" PRId64 ": RSS %.1f MiB, %" PRId64
-                " fds, %" PRId64 " threads; at round %" PRId64
-                ": RSS %.1f MiB, %" PRId64 " fds, %" PRId64 " threads\n",
-                first.round, first.rss_kb / 1024.0, first.fds, first.threads,
-                last.round, last.rss_kb / 1024.0, last.fds, last.threads);
+    const ResourceSample& first = samples.front();
+    const ResourceSample& last = samples.back();
+    std::printf("coordinator at round %.0f: RSS %.1f MiB, %" PRId64
+                " fds, %" PRId64
+                " threads; at round %.0f: RSS %.1f MiB, %" PRId64
+                " fds, %" PRId64 " threads\n",
+                first.at, first.rss_kb / 1024.0, first.fds, first.threads,
+                last.at, last.rss_kb / 1024.0, last.fds, last.threads);
+    const ResourceSlopes slopes = SlopesFrom(samples, 50);
+    const double rss_mib = slopes.rss_kb / 1024.0;
     std::printf(
         "slope from round 50 (%zu rounds sampled): RSS %+.3f MiB, fds %+.3f, "
         "threads %+.3f per 100 rounds\n",
-        rss.size(), 100 * Slope(rss), 100 * Slope(fds), 100 * Slope(threads));
+        slopes.samples, 100 * rss_mib, 100 * slopes.fds, 100 * slopes.threads);
     std::printf(
         "soak_slopes rss_mib_per_100=%.3f fds_per_100=%.3f "
         "threads_per_100=%.3f\n",
-        100 * Slope(rss), 100 * Slope(fds), 100 * Slope(threads));
+        100 * rss_mib, 100 * slopes.fds, 100 * slopes.threads);
   }
   std::printf(
       "clients restarted after a killed push %d, left and replaced %d, "
