@@ -250,6 +250,24 @@ TEST_F(CoordinatorServiceTest, OversizedChunkIsResourceExhausted) {
   EXPECT_EQ(Global(), before);
 }
 
+// The receive limit (one chunk and its framing) is gRPC's, and covers every
+// method, not only pushes: a 2 MiB Join is refused before its handler runs
+// (which would say INVALID_ARGUMENT, for its display name) and joins nobody.
+// gRPC's minimal stack drops that limit (README, "Many clients").
+TEST_F(CoordinatorServiceTest, AnOversizedRequestIsRefusedBeforeItsHandler) {
+  Start(SmallRun());
+  auto stub = v1::Coordinator::NewStub(channel_);
+  v1::JoinRequest request;
+  request.set_display_name(std::string(2 << 20, 'x'));
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kWait));
+  v1::JoinResponse response;
+  const grpc::Status status = stub->Join(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << status.error_message();
+  EXPECT_EQ(Status().client_counts().joined(), 0);
+}
+
 // A push of exactly these wire messages through the generic stub, as `client`:
 // for bytes no protobuf serializer would write. Returns the call's status and,
 // when OK, the response.
