@@ -800,6 +800,132 @@ int PrintStatus() {
   return 0;
 }
 
+// What the idle window measured of the coordinator (zeros without its pid).
+struct IdleFigures {
+  int64_t rss_before_kb = 0;
+  int64_t rss_kb = 0;
+  double cpu = 0;                       // cores
+  std::vector<ResourceSample> samples;  // every 10 s after the first renewals
+};
+
+// Holds the joined clients idle (polling and heartbeating, nothing else) for
+// --idle_seconds and measures the coordinator meanwhile; prints what it saw.
+IdleFigures Idle(int n, int pid, int64_t rss_before_kb) {
+  IdleFigures idle;
+  idle.rss_before_kb = rss_before_kb;
+  // The first quarter lets the last polls settle before CPU is counted. By
+  // `renewal`, every client has renewed its poll once.
+  const absl::Duration renewal =
+      absl::GetFlag(FLAGS_max_wait) + absl::Seconds(12);
+  absl::Duration window = absl::GetFlag(FLAGS_idle_seconds);
+  if (window == absl::ZeroDuration()) window = renewal;
+  const absl::Time start = absl::Now();
+  absl::SleepFor(window / 4);
+  const double cpu0 = pid > 0 ? CpuSeconds(pid) : 0;
+  const absl::Time cpu_from = absl::Now();
+  // Once every client has renewed its poll, the coordinator's resources every
+  // 10 s, against minutes: idling must not grow the coordinator. With
+  // --max_wait=2s a quarter of an hour renews every poll hundreds of times.
+  const absl::Time end = start + window;
+  const absl::Time renewed = start + renewal;
+  for (absl::Time now = absl::Now(); now < end; now = absl::Now()) {
+    absl::SleepFor(std::min(absl::Seconds(10), end - now));
+    now = absl::Now();
+    if (pid <= 0 || now < renewed) continue;
+    idle.samples.push_back(
+        ReadResources(pid, absl::ToDoubleMinutes(now - renewed)));
+  }
+  if (pid <= 0) return idle;
+  idle.cpu =
+      (CpuSeconds(pid) - cpu0) / absl::ToDoubleSeconds(absl::Now() - cpu_from);
+  idle.rss_kb = RssKb(pid);
+  std::printf(
+      "coordinator RSS: %.1f MiB before joins, %.1f MiB with every client "
+      "idle (%.1f KiB per client)\n",
+      idle.rss_before_kb / 1024.0, idle.rss_kb / 1024.0,
+      static_cast<double>(idle.rss_kb - idle.rss_before_kb) / n);
+  std::printf("coordinator CPU while every client idles: %.1f%% of a core\n",
+              idle.cpu * 100);
+  // Three samples at least: 30 s past the first renewals.
+  if (idle.samples.size() >= 3) {
+    const ResourceSlopes slopes = SlopesFrom(idle.samples, 0);
+    std::printf(
+        "coordinator while idle after the first poll renewals (%zu samples "
+        "over %.1f min): RSS %.1f to %.1f MiB, slope %+.1f KiB, fds %+.3f, "
+        "threads %+.3f per minute\n",
+        slopes.samples, idle.samples.back().at,
+        idle.samples.front().rss_kb / 1024.0,
+        idle.samples.back().rss_kb / 1024.0, slopes.rss_kb, slopes.fds,
+        slopes.threads);
+  }
+  return idle;
+}
+
+// The medians of the rounds' table.
+struct RoundMedians {
+  double fanout = 0, close_to_next = 0, round = 0;
+};
+
+// One line per round seen; a round's own time ends when the next one's first
+// task goes out, so the last round has none.
+RoundMedians PrintRounds(const std::map<int64_t, RoundSeen>& rounds) {
+  std::printf("%-6s %9s %12s %12s %12s %9s %9s\n", "round", "downloads",
+              "fan-out s", "close->next s", "round s", "accepted", "rejected");
+  std::vector<double> fanouts, overheads, closes;
+  for (auto it = rounds.begin(); it != rounds.end(); ++it) {
+    const RoundSeen& r = it->second;
+    auto next = std::next(it);
+    const double fanout = absl::ToDoubleSeconds(r.last_download - r.first_task);
+    double close_next = -1, round_s = -1;
+    if (next != rounds.end()) {
+      close_next =
+          absl::ToDoubleSeconds(next->second.first_task - r.last_push_sent);
+      round_s = absl::ToDoubleSeconds(next->second.first_task - r.first_task);
+      overheads.push_back(round_s);
+      closes.push_back(close_next);
+    }
+    fanouts.push_back(fanout);
+    std::printf("%-6" PRId64 " %9d %12.3f %12.3f %12.3f %9d %9d\n", it->first,
+                r.downloads, fanout, close_next, round_s, r.accepted,
+                r.rejected);
+  }
+  return {Of(fanouts).p50, Of(closes).p50, Of(overheads).p50};
+}
+
+// The coordinator's resources by round (--sample_rounds), and their slopes
+// from round 50 on.
+void PrintRoundSamples(const std::vector<ResourceSample>& samples) {
+  // The sampler can miss a round that lasts under its 20 ms: the first round
+  // sampled at or past each multiple of 50.
+  std::string every_50;
+  int64_t mark = 50;
+  for (const ResourceSample& x : samples) {
+    const auto round = static_cast<int64_t>(x.at);
+    if (round < mark) continue;
+    absl::StrAppendFormat(&every_50, " %d:%.1f", round, x.rss_kb / 1024.0);
+    mark = (round / 50 + 1) * 50;
+  }
+  std::printf("coordinator RSS (MiB) by round:%s\n", every_50.c_str());
+  const ResourceSample& first = samples.front();
+  const ResourceSample& last = samples.back();
+  std::printf("coordinator at round %.0f: RSS %.1f MiB, %" PRId64
+              " fds, %" PRId64 " threads; at round %.0f: RSS %.1f MiB, %" PRId64
+              " fds, %" PRId64 " threads\n",
+              first.at, first.rss_kb / 1024.0, first.fds, first.threads,
+              last.at, last.rss_kb / 1024.0, last.fds, last.threads);
+  const ResourceSlopes slopes = SlopesFrom(samples, 50);
+  const double rss_mib = slopes.rss_kb / 1024.0;
+  std::printf(
+      "slope from round 50 (%zu rounds sampled): RSS %+.3f MiB, fds %+.3f, "
+      "threads %+.3f per 100 rounds\n",
+      slopes.samples, 100 * rss_mib, 100 * slopes.fds, 100 * slopes.threads);
+  std::printf(
+      "soak_slopes rss_mib_per_100=%.3f fds_per_100=%.3f "
+      "threads_per_100=%.3f\n",
+      100 * rss_mib, 100 * slopes.fds, 100 * slopes.threads);
+}
+
+// Joins, idle, rounds: each phase prints its lines as it ends.
 int Run() {
   if (absl::GetFlag(FLAGS_status_only)) return PrintStatus();
   const int n = absl::GetFlag(FLAGS_clients);
@@ -810,39 +936,17 @@ int Run() {
   const absl::Time join_start = absl::Now();
   swarm.JoinRange(0, n, absl::GetFlag(FLAGS_join_concurrency));
   const absl::Duration join_time = absl::Now() - join_start;
+  std::printf("clients %d (%d per connection), model %s (%" PRId64
+              " parameters)\n",
+              n, absl::GetFlag(FLAGS_clients_per_connection),
+              swarm.spec().name.c_str(), swarm.spec().num_parameters);
+  std::printf("joins: %.0f/s (%d in %.2f s)\n",
+              n / absl::ToDoubleSeconds(join_time), n,
+              absl::ToDoubleSeconds(join_time));
   swarm.StartHeartbeats();
   ProbeProcess prober(absl::GetFlag(FLAGS_coordinator),
                       absl::GetFlag(FLAGS_http_port));
-
-  // Idle: every client polls (and heartbeats); nothing else happens. The
-  // first quarter lets the last polls settle before CPU is counted. By
-  // `renewal`, every client has renewed its poll once.
-  const absl::Duration renewal =
-      absl::GetFlag(FLAGS_max_wait) + absl::Seconds(12);
-  absl::Duration idle = absl::GetFlag(FLAGS_idle_seconds);
-  if (idle == absl::ZeroDuration()) idle = renewal;
-  const absl::Time idle_start = absl::Now();
-  absl::SleepFor(idle / 4);
-  const double cpu0 = pid > 0 ? CpuSeconds(pid) : 0;
-  const absl::Time idle_from = absl::Now();
-  // Once every client has renewed its poll, the coordinator's resources every
-  // 10 s, against minutes: idling must not grow the coordinator. With
-  // --max_wait=2s a quarter of an hour renews every poll hundreds of times.
-  const absl::Time idle_end = idle_start + idle;
-  const absl::Time renewed = idle_start + renewal;
-  std::vector<ResourceSample> idle_samples;
-  for (absl::Time now = absl::Now(); now < idle_end; now = absl::Now()) {
-    absl::SleepFor(std::min(absl::Seconds(10), idle_end - now));
-    now = absl::Now();
-    if (pid <= 0 || now < renewed) continue;
-    idle_samples.push_back(
-        ReadResources(pid, absl::ToDoubleMinutes(now - renewed)));
-  }
-  const double idle_cpu =
-      pid > 0 ? (CpuSeconds(pid) - cpu0) /
-                    absl::ToDoubleSeconds(absl::Now() - idle_from)
-              : 0;
-  const int64_t rss_idle = pid > 0 ? RssKb(pid) : 0;
+  const IdleFigures idle = Idle(n, pid, rss_before);
 
   // The starter: one more client, and the first round opens.
   const absl::Time rounds_start = absl::Now();
@@ -865,60 +969,11 @@ int Run() {
   sampling = false;
   sampler.join();
   const absl::Duration run_time = absl::Now() - rounds_start;
-  const int64_t rss_peak = pid > 0 ? RssKb(pid) : 0;
+  const int64_t rss_end = pid > 0 ? RssKb(pid) : 0;
   swarm.Stop();
 
+  const RoundMedians medians = PrintRounds(swarm.Rounds());
   const Tally errors = swarm.Errors();
-  const std::map<int64_t, RoundSeen> rounds = swarm.Rounds();
-
-  std::printf("clients %d (%d per connection), model %s (%" PRId64
-              " parameters)\n",
-              n, absl::GetFlag(FLAGS_clients_per_connection),
-              swarm.spec().name.c_str(), swarm.spec().num_parameters);
-  std::printf("joins: %.0f/s (%d in %.2f s)\n",
-              n / absl::ToDoubleSeconds(join_time), n,
-              absl::ToDoubleSeconds(join_time));
-  if (pid > 0) {
-    std::printf(
-        "coordinator RSS: %.1f MiB before joins, %.1f MiB with every client "
-        "idle (%.1f KiB per client), %.1f MiB at the end\n",
-        rss_before / 1024.0, rss_idle / 1024.0,
-        static_cast<double>(rss_idle - rss_before) / n, rss_peak / 1024.0);
-    std::printf("coordinator CPU while every client idles: %.1f%% of a core\n",
-                idle_cpu * 100);
-    // Three samples at least: 30 s past the first renewals.
-    if (idle_samples.size() >= 3) {
-      const ResourceSlopes slopes = SlopesFrom(idle_samples, 0);
-      std::printf(
-          "coordinator while idle after the first poll renewals (%zu samples "
-          "over %.1f min): RSS %.1f to %.1f MiB, slope %+.1f KiB, fds %+.3f, "
-          "threads %+.3f per minute\n",
-          slopes.samples, idle_samples.back().at,
-          idle_samples.front().rss_kb / 1024.0,
-          idle_samples.back().rss_kb / 1024.0, slopes.rss_kb, slopes.fds,
-          slopes.threads);
-    }
-  }
-  std::printf("%-6s %9s %12s %12s %12s %9s %9s\n", "round", "downloads",
-              "fan-out s", "close->next s", "round s", "accepted", "rejected");
-  std::vector<double> fanouts, overheads, closes;
-  for (auto it = rounds.begin(); it != rounds.end(); ++it) {
-    const RoundSeen& r = it->second;
-    auto next = std::next(it);
-    const double fanout = absl::ToDoubleSeconds(r.last_download - r.first_task);
-    double close_next = -1, round_s = -1;
-    if (next != rounds.end()) {
-      close_next =
-          absl::ToDoubleSeconds(next->second.first_task - r.last_push_sent);
-      round_s = absl::ToDoubleSeconds(next->second.first_task - r.first_task);
-      overheads.push_back(round_s);
-      closes.push_back(close_next);
-    }
-    fanouts.push_back(fanout);
-    std::printf("%-6" PRId64 " %9d %12.3f %12.3f %12.3f %9d %9d\n", it->first,
-                r.downloads, fanout, close_next, round_s, r.accepted,
-                r.rejected);
-  }
   int64_t error_count = errors.Total();
   for (const std::string& line : prober.Finish(&error_count)) {
     std::printf("%s\n", line.c_str());
@@ -926,33 +981,9 @@ int Run() {
   swarm.Lates().Print("late (after its round closed at quorum)");
   swarm.Retries().Print("retried");
   errors.Print("error");
-  if (!samples.empty()) {
-    std::string every_50;
-    for (const ResourceSample& x : samples) {
-      const auto round = static_cast<int64_t>(x.at);
-      if (round % 50 == 0) {
-        absl::StrAppendFormat(&every_50, " %d:%.1f", round, x.rss_kb / 1024.0);
-      }
-    }
-    std::printf("coordinator RSS (MiB) by round:%s\n", every_50.c_str());
-    const ResourceSample& first = samples.front();
-    const ResourceSample& last = samples.back();
-    std::printf("coordinator at round %.0f: RSS %.1f MiB, %" PRId64
-                " fds, %" PRId64
-                " threads; at round %.0f: RSS %.1f MiB, %" PRId64
-                " fds, %" PRId64 " threads\n",
-                first.at, first.rss_kb / 1024.0, first.fds, first.threads,
-                last.at, last.rss_kb / 1024.0, last.fds, last.threads);
-    const ResourceSlopes slopes = SlopesFrom(samples, 50);
-    const double rss_mib = slopes.rss_kb / 1024.0;
-    std::printf(
-        "slope from round 50 (%zu rounds sampled): RSS %+.3f MiB, fds %+.3f, "
-        "threads %+.3f per 100 rounds\n",
-        slopes.samples, 100 * rss_mib, 100 * slopes.fds, 100 * slopes.threads);
-    std::printf(
-        "soak_slopes rss_mib_per_100=%.3f fds_per_100=%.3f "
-        "threads_per_100=%.3f\n",
-        100 * rss_mib, 100 * slopes.fds, 100 * slopes.threads);
+  if (!samples.empty()) PrintRoundSamples(samples);
+  if (pid > 0) {
+    std::printf("coordinator RSS at the end: %.1f MiB\n", rss_end / 1024.0);
   }
   std::printf(
       "clients restarted after a killed push %d, left and replaced %d, "
@@ -968,9 +999,9 @@ int Run() {
       "idle_cpu=%.3f fanout_s=%.3f close_to_next_s=%.3f round_overhead_s=%.3f "
       "errors=%" PRId64 " done=%d\n",
       n, n / absl::ToDoubleSeconds(join_time),
-      pid > 0 ? static_cast<double>(rss_idle - rss_before) / n : 0.0, idle_cpu,
-      Of(fanouts).p50, Of(closes).p50, Of(overheads).p50, error_count,
-      done ? 1 : 0);
+      pid > 0 ? static_cast<double>(idle.rss_kb - idle.rss_before_kb) / n : 0.0,
+      idle.cpu, medians.fanout, medians.close_to_next, medians.round,
+      error_count, done ? 1 : 0);
   return done && error_count == 0 ? 0 : 1;
 }
 
@@ -978,6 +1009,9 @@ int Run() {
 }  // namespace fedlearn
 
 int main(int argc, char** argv) {
+  // bench/swarm.sh tees the report into a pipe: each phase's lines as it
+  // ends, not all of them when the run does, minutes later.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   fedlearn::ParseFlags(argc, argv,
                        "swarm --coordinator=HOST:PORT --clients=N [flags]");
   return fedlearn::Run();
