@@ -71,6 +71,10 @@ ABSL_FLAG(absl::Duration, idle_seconds, absl::ZeroDuration(),
           "client to the coordinator's RSS); from then on the coordinator's "
           "RSS, fds and threads are read every 10 s and their slopes printed");
 ABSL_FLAG(absl::Duration, max_wait, absl::Seconds(30), "long poll max_wait");
+ABSL_FLAG(bool, heartbeat, true,
+          "heartbeat at the interval the coordinator suggests, idle or not; "
+          "false: only hold polls, as an idle fedlearn-client does (it "
+          "heartbeats while it trains)");
 ABSL_FLAG(int, verify_every, 100,
           "reassemble and verify the download of one client in this many");
 ABSL_FLAG(absl::Duration, timeout, absl::Minutes(15),
@@ -943,7 +947,7 @@ int Run() {
   std::printf("joins: %.0f/s (%d in %.2f s)\n",
               n / absl::ToDoubleSeconds(join_time), n,
               absl::ToDoubleSeconds(join_time));
-  swarm.StartHeartbeats();
+  if (absl::GetFlag(FLAGS_heartbeat)) swarm.StartHeartbeats();
   ProbeProcess prober(absl::GetFlag(FLAGS_coordinator),
                       absl::GetFlag(FLAGS_http_port));
   const IdleFigures idle = Idle(n, pid, rss_before);
