@@ -71,6 +71,10 @@ ABSL_FLAG(absl::Duration, max_backoff, absl::Seconds(10),
 ABSL_FLAG(absl::Duration, reconnect_timeout, absl::Minutes(10),
           "give up when the coordinator has not answered for this long; inf: "
           "never");
+ABSL_FLAG(absl::Duration, poll_wait, absl::Seconds(30),
+          "how long the coordinator may hold this agent's poll open with no "
+          "task (it caps this with its --poll_timeout); longer polls cost an "
+          "idle coordinator less (README, \"Many clients\")");
 ABSL_FLAG(std::string, session_dir, "",
           "keep each agent's client id and session token in DIR/NAME.session, "
           "so that an agent restarted after a crash retires its old identity "
@@ -308,6 +312,7 @@ int Run() {
     options.num_test_examples = slot.test.size();
     options.max_backoff = max_backoff;
     options.reconnect_timeout = absl::GetFlag(FLAGS_reconnect_timeout);
+    options.poll_wait = absl::GetFlag(FLAGS_poll_wait);
     options.heartbeat = absl::GetFlag(FLAGS_heartbeat);
     options.update_encoding = *update_encoding;
     options.progress = console;
