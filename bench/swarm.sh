@@ -33,21 +33,25 @@ lscpu | grep -E '^Model name|^CPU\(s\)' | tr -s ' '
 # machine's TCP memory (net.ipv4.tcp_mem): when a round's downloads fill the clients'
 # receive queues faster than swarm reads them, the kernel enters memory pressure, drops
 # and retransmits, and may abort a connection; a run that did is not the coordinator's
-# figure alone, and says so.
+# figure alone, and says so. Without pressure, most retransmissions on loopback are
+# tail-loss probes: a receiver short of CPU acknowledges late, the sender probes, and the
+# receiver reports the probe a duplicate (DSACK). Nothing was lost then.
 tcp_counters() {  # each "Tcp:"/"TcpExt:" line of names is followed by one of values
   awk '$1 == "Tcp:" || $1 == "TcpExt:" {
          if (!($1 in names)) { names[$1] = $0; next }
          split(names[$1], name); for (i = 2; i <= NF; i++) v[name[i]] = $i }
        END { print v["TCPMemoryPressures"] + 0, v["RetransSegs"] + 0,
-                   v["TCPAbortOnTimeout"] + 0, v["TCPRcvQDrop"] + 0 }' \
+                   v["TCPAbortOnTimeout"] + 0, v["TCPRcvQDrop"] + 0,
+                   v["TCPLossProbes"] + 0, v["TCPDSACKRecv"] + 0 }' \
     /proc/net/netstat /proc/net/snmp
 }
 tcp_report() {  # before after
-  read -r p0 r0 a0 d0 <<<"$1"
-  read -r p1 r1 a1 d1 <<<"$2"
+  read -r p0 r0 a0 d0 l0 s0 <<<"$1"
+  read -r p1 r1 a1 d1 l1 s1 <<<"$2"
   echo "kernel TCP during the run: memory pressure $((p1 - p0)) times, $((r1 - r0))" \
-    "segments retransmitted, $((d1 - d0)) receive-queue drops, $((a1 - a0)) connections" \
-    "aborted on timeout"
+    "segments retransmitted, $((l1 - l0)) tail-loss probes sent, $((s1 - s0)) segments" \
+    "reported back as duplicates (the first copy had arrived), $((d1 - d0)) receive-queue" \
+    "drops, $((a1 - a0)) connections aborted on timeout"
 }
 # Extra flags, split on whitespace only (no globbing).
 read -ra coordinator_flags <<<"${COORDINATOR_FLAGS:-}"
