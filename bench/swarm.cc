@@ -1,9 +1,10 @@
 // swarm: thousands of simulated clients in one process, on the gRPC callback
 // API, against a running coordinator (bench/swarm.sh starts it). Every client
 // joins, holds a long poll and heartbeats at the interval the coordinator
-// suggests; a TRAIN task is downloaded in full and answered at once with a
-// small valid update (no training: what is left is the coordinator's cost of
-// coordinating), an EVALUATE task with a report, DONE ends the client.
+// suggests (unless --heartbeat=false); a TRAIN task is downloaded in full and
+// answered at once with a small valid update (no training: what is left is the
+// coordinator's cost of coordinating), an EVALUATE task with a report, DONE
+// ends the client.
 //
 // Phases: join N clients (at most --join_concurrency at a time), hold them
 // idle for --idle_seconds while measuring the coordinator's CPU and RSS, then
@@ -812,8 +813,9 @@ struct IdleFigures {
   std::vector<ResourceSample> samples;  // every 10 s after the first renewals
 };
 
-// Holds the joined clients idle (polling and heartbeating, nothing else) for
-// --idle_seconds and measures the coordinator meanwhile; prints what it saw.
+// Holds the joined clients idle (polling, and heartbeating unless
+// --heartbeat=false; nothing else) for --idle_seconds and measures the
+// coordinator meanwhile; prints what it saw.
 IdleFigures Idle(int n, int pid, int64_t rss_before_kb) {
   IdleFigures idle;
   idle.rss_before_kb = rss_before_kb;
