@@ -811,6 +811,10 @@ struct IdleFigures {
   int64_t rss_kb = 0;
   double cpu = 0;                       // cores
   std::vector<ResourceSample> samples;  // every 10 s after the first renewals
+  // The coordinator's RSS per idle client.
+  double KbPerClient(int n) const {
+    return static_cast<double>(rss_kb - rss_before_kb) / n;
+  }
 };
 
 // Holds the joined clients idle (polling, and heartbeating unless
@@ -848,8 +852,7 @@ IdleFigures Idle(int n, int pid, int64_t rss_before_kb) {
   std::printf(
       "coordinator RSS: %.1f MiB before joins, %.1f MiB with every client "
       "idle (%.1f KiB per client)\n",
-      idle.rss_before_kb / 1024.0, idle.rss_kb / 1024.0,
-      static_cast<double>(idle.rss_kb - idle.rss_before_kb) / n);
+      idle.rss_before_kb / 1024.0, idle.rss_kb / 1024.0, idle.KbPerClient(n));
   std::printf("coordinator CPU while every client idles: %.1f%% of a core\n",
               idle.cpu * 100);
   // Three samples at least: 30 s past the first renewals.
@@ -942,12 +945,12 @@ int Run() {
   const absl::Time join_start = absl::Now();
   swarm.JoinRange(0, n, absl::GetFlag(FLAGS_join_concurrency));
   const absl::Duration join_time = absl::Now() - join_start;
+  const double joins_per_s = n / absl::ToDoubleSeconds(join_time);
   std::printf("clients %d (%d per connection), model %s (%" PRId64
               " parameters)\n",
               n, absl::GetFlag(FLAGS_clients_per_connection),
               swarm.spec().name.c_str(), swarm.spec().num_parameters);
-  std::printf("joins: %.0f/s (%d in %.2f s)\n",
-              n / absl::ToDoubleSeconds(join_time), n,
+  std::printf("joins: %.0f/s (%d in %.2f s)\n", joins_per_s, n,
               absl::ToDoubleSeconds(join_time));
   if (absl::GetFlag(FLAGS_heartbeat)) swarm.StartHeartbeats();
   ProbeProcess prober(absl::GetFlag(FLAGS_coordinator),
@@ -1004,10 +1007,8 @@ int Run() {
       "swarm_result n=%d joins_per_s=%.0f rss_per_client_kb=%.1f "
       "idle_cpu=%.3f fanout_s=%.3f close_to_next_s=%.3f round_overhead_s=%.3f "
       "errors=%" PRId64 " done=%d\n",
-      n, n / absl::ToDoubleSeconds(join_time),
-      pid > 0 ? static_cast<double>(idle.rss_kb - idle.rss_before_kb) / n : 0.0,
-      idle.cpu, medians.fanout, medians.close_to_next, medians.round,
-      error_count, done ? 1 : 0);
+      n, joins_per_s, idle.KbPerClient(n), idle.cpu, medians.fanout,
+      medians.close_to_next, medians.round, error_count, done ? 1 : 0);
   return done && error_count == 0 ? 0 : 1;
 }
 
