@@ -11,8 +11,8 @@
 #include "common/chunk_wire.h"
 #include "common/grpc_status.h"
 #include "common/log.h"
+#include "common/raw_message.h"
 #include "common/tensor_codec.h"
-#include "grpc/slice.h"
 #include "server/happens_before.h"
 
 namespace fedlearn {
@@ -31,13 +31,6 @@ absl::string_view BearerToken(const grpc::CallbackServerContext& context) {
     return {};
   }
   return value.substr(kBearer.size());
-}
-
-// `message`'s wire bytes in a slice of their own (what the raw methods write).
-grpc::Slice Serialize(const google::protobuf::MessageLite& message) {
-  grpc_slice slice = grpc_slice_malloc(message.ByteSizeLong());
-  message.SerializeWithCachedSizesToArray(GRPC_SLICE_START_PTR(slice));
-  return grpc::Slice(slice, grpc::Slice::STEAL_REF);
 }
 
 grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,
@@ -157,7 +150,7 @@ class CoordinatorService::TaskWriter final
       header->set_payload_bytes(encoded_->payload_bytes);
     }
     if (t.plan != nullptr) *header->mutable_plan() = *t.plan;
-    const grpc::Slice serialized = Serialize(message);
+    const grpc::Slice serialized = SerializeToSlice(message);
     out_ = grpc::ByteBuffer(&serialized, 1);
     service_->Watch(this, absl::Now());
     Write(&out_);
@@ -328,14 +321,7 @@ class CoordinatorService::UpdateReader final
   // gRPC received it; protobuf parses only a message of another shape (which
   // no client of ours sends).
   void OnChunkLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    slices_.clear();
-    pieces_.clear();
-    if (message_.Dump(&slices_).ok()) {
-      for (const grpc::Slice& slice : slices_) {
-        pieces_.emplace_back(reinterpret_cast<const char*>(slice.begin()),
-                             slice.size());
-      }
-    }
+    ViewMessage(message_, &slices_, &pieces_);
     const bool in_place = ReadChunkInPlace(
         pieces_, v1::PushGradientRequest::kChunkFieldNumber, &chunk_);
     if (!in_place && (!ParseLocked() || !request_.has_chunk())) {
@@ -406,7 +392,7 @@ class CoordinatorService::UpdateReader final
         *ticket_, *header_, absl::MakeSpan(*buffer_),
         assembler_->bytes_received(), std::sqrt(assembler_->sum_of_squares()));
     if (result.ok()) {
-      const grpc::Slice reply = Serialize(*result);
+      const grpc::Slice reply = SerializeToSlice(*result);
       *response_ = grpc::ByteBuffer(&reply, 1);
     }
     FinishLocked(result.status());
@@ -504,7 +490,7 @@ CoordinatorService::Encode(const Weights& weights) {
   encoded->payload_bytes = writer.total_bytes();
   v1::TaskMessage message;
   while (writer.Next(message.mutable_chunk())) {
-    encoded->chunks.push_back(Serialize(message));
+    encoded->chunks.push_back(SerializeToSlice(message));
     message.Clear();
   }
   encoded_ = encoded;
