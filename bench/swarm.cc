@@ -14,13 +14,21 @@
 // GetStatus and /metrics latency throughout.
 //
 // Memory of the swarm itself: per client a few hundred bytes and one held
-// poll; the update it pushes is encoded once and shared by every push; a
-// downloaded task is counted, not kept, except for one client in
+// poll; the update it pushes is serialized once and every push writes those
+// bytes; a downloaded task is counted, not kept, except for one client in
 // --verify_every, whose download is reassembled and verified (every chunk's
 // and tensor's CRC-32C) like a real client's.
+//
+// What the swarm costs is taken from the coordinator: both share the machine's
+// cores. So polls and pushes go through gRPC's generic stub, as raw messages:
+// a downloaded chunk is read where gRPC received it (ReadChunkInPlace) rather
+// than copied into a protobuf string, and a push's chunks are not serialized
+// afresh per push. The wire bytes are the typed stub's.
 
 #include <grpcpp/client_context.h>
 #include <grpcpp/create_channel.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/support/byte_buffer.h>
 #include <grpcpp/support/client_callback.h>
 
 #include <algorithm>
@@ -48,9 +56,11 @@
 #include "absl/time/time.h"
 #include "bench/probe_process.h"
 #include "bench/process_stats.h"
+#include "common/chunk_wire.h"
 #include "common/flags.h"
 #include "common/grpc_status.h"
 #include "common/model_spec.h"
+#include "common/raw_message.h"
 #include "common/retry.h"
 #include "common/tensor_codec.h"
 #include "fedlearn/v1/coordinator.grpc.pb.h"
@@ -203,6 +213,7 @@ class Swarm;
 struct Sim {
   int index = 0;
   v1::Coordinator::Stub* stub = nullptr;
+  grpc::GenericStub* raw = nullptr;  // the same connection, for raw messages
   std::atomic<bool> done{false};
   std::atomic<bool> leaving{false};  // its next poll hangs up (--churn)
   // Who it is: set at each join, read by every call.
@@ -224,15 +235,18 @@ class Swarm {
       grpc::ChannelArguments args;
       args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // its own socket
       args.SetMaxReceiveMessageSize(8 << 20);
-      stubs_.push_back(v1::Coordinator::NewStub(
+      std::shared_ptr<grpc::Channel> channel =
           grpc::CreateCustomChannel(absl::GetFlag(FLAGS_coordinator),
-                                    grpc::InsecureChannelCredentials(), args)));
+                                    grpc::InsecureChannelCredentials(), args);
+      stubs_.push_back(v1::Coordinator::NewStub(channel));
+      raw_stubs_.push_back(std::make_unique<grpc::GenericStub>(channel));
     }
     sims_.reserve(n);
     for (int i = 0; i < n; ++i) {
       sims_.push_back(std::make_unique<Sim>());
       sims_.back()->index = i;
       sims_.back()->stub = stubs_[i / per].get();
+      sims_.back()->raw = raw_stubs_[i / per].get();
     }
   }
 
@@ -373,7 +387,8 @@ class Swarm {
 
   std::vector<std::unique_ptr<Sim>>& sims() { return sims_; }
   const ModelSpec& spec() const { return spec_; }
-  const std::vector<v1::PushGradientRequest>& update() const { return update_; }
+  // The update's chunk messages, serialized.
+  const std::vector<grpc::Slice>& update() const { return update_; }
   absl::Time join_started, join_finished;
 
   std::map<int64_t, RoundSeen> Rounds() {
@@ -404,13 +419,14 @@ class Swarm {
     ChunkWriter writer(spec_, delta, kDefaultPushChunkBytes);
     v1::PushGradientRequest message;
     while (writer.Next(message.mutable_chunk())) {
-      update_.push_back(message);
+      update_.push_back(SerializeToSlice(message));
       message.Clear();
     }
   }
   friend class JoinCall;
 
   std::vector<std::unique_ptr<v1::Coordinator::Stub>> stubs_;
+  std::vector<std::unique_ptr<grpc::GenericStub>> raw_stubs_;
   std::vector<std::unique_ptr<Sim>> sims_;
   std::atomic<int> next_join_{0};
   int join_end_ = 0;
@@ -421,8 +437,8 @@ class Swarm {
 
   absl::Mutex mu_;
   std::mt19937_64 random_ ABSL_GUARDED_BY(mu_){1};
-  ModelSpec spec_;                               // set by the first join
-  std::vector<v1::PushGradientRequest> update_;  // likewise, then read-only
+  ModelSpec spec_;                   // set by the first join
+  std::vector<grpc::Slice> update_;  // likewise, then read-only
   int joins_pending_ ABSL_GUARDED_BY(mu_) = 0;
   int told_done_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<int64_t, RoundSeen> rounds_ ABSL_GUARDED_BY(mu_);
@@ -566,8 +582,16 @@ void Swarm::Report(Sim* s, int64_t round) {
       });
 }
 
-// A long poll and, for TRAIN and EVALUATE, the weights that follow.
-class PollCall final : public grpc::ClientReadReactor<v1::TaskMessage> {
+// The methods swarm calls with raw messages (see the top of the file).
+constexpr char kRequestUpdateMethod[] =
+    "/fedlearn.v1.Coordinator/RequestUpdate";
+constexpr char kPushGradientMethod[] = "/fedlearn.v1.Coordinator/PushGradient";
+
+// A long poll and, for TRAIN and EVALUATE, the weights that follow: the
+// server-streaming RequestUpdate, called as a stream that sends its one
+// request and then only reads.
+class PollCall final
+    : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   PollCall(Swarm* swarm, Sim* s) : swarm_(swarm), s_(s) {
     Authorize(&context_, *s);
@@ -578,9 +602,14 @@ class PollCall final : public grpc::ClientReadReactor<v1::TaskMessage> {
     context_.set_deadline(absl::ToChronoTime(
         absl::Now() +
         (leaving_ ? absl::Milliseconds(100) : max_wait + absl::Minutes(5))));
-    request_.set_client_id(s->Identity().first);
-    request_.set_max_wait_ms(absl::ToInt64Milliseconds(max_wait));
-    s->stub->async()->RequestUpdate(&context_, &request_, this);
+    v1::RequestUpdateRequest request;
+    request.set_client_id(s->Identity().first);
+    request.set_max_wait_ms(absl::ToInt64Milliseconds(max_wait));
+    const grpc::Slice serialized = SerializeToSlice(request);
+    request_ = grpc::ByteBuffer(&serialized, 1);
+    s->raw->PrepareBidiStreamingCall(&context_, kRequestUpdateMethod,
+                                     grpc::StubOptions(), this);
+    StartWriteLast(&request_, grpc::WriteOptions());
     StartRead(&message_);
     StartCall();
   }
@@ -588,8 +617,16 @@ class PollCall final : public grpc::ClientReadReactor<v1::TaskMessage> {
   void OnReadDone(bool ok) override {
     if (!ok) return;
     if (!have_task_) {
+      v1::TaskMessage header;
+      if (!grpc::SerializationTraits<v1::TaskMessage>::Deserialize(&message_,
+                                                                   &header)
+               .ok() ||
+          !header.has_task()) {
+        Malformed("the first message is not a task");
+        return;
+      }
       have_task_ = true;
-      task_ = message_.task();
+      task_ = header.task();
       swarm_->TaskHeader(task_.round(), task_.type() == v1::TASK_TYPE_TRAIN);
       const int every = absl::GetFlag(FLAGS_verify_every);
       if (task_.payload_bytes() > 0 && every > 0 && s_->index % every == 0) {
@@ -597,11 +634,9 @@ class PollCall final : public grpc::ClientReadReactor<v1::TaskMessage> {
         assembler_.emplace(swarm_->spec(), absl::MakeSpan(weights_),
                            /*require_finite=*/true);
       }
-    } else if (message_.has_chunk()) {
-      received_ += static_cast<int64_t>(message_.chunk().data().size());
-      if (assembler_.has_value() && verify_error_.ok()) {
-        verify_error_ = assembler_->Add(message_.chunk());
-      }
+    } else if (!Chunk()) {
+      Malformed("after the task a message that is not a chunk");
+      return;
     }
     StartRead(&message_);
   }
@@ -613,10 +648,52 @@ class PollCall final : public grpc::ClientReadReactor<v1::TaskMessage> {
   }
 
  private:
+  // A weights chunk, read where gRPC received it; protobuf parses only a
+  // message of another shape. False for a message that is not a chunk.
+  bool Chunk() {
+    const bool in_place =
+        ViewMessage(message_, &slices_, &pieces_) &&
+        ReadChunkInPlace(pieces_, v1::TaskMessage::kChunkFieldNumber, &chunk_);
+    v1::TaskMessage parsed;
+    if (!in_place && (!grpc::SerializationTraits<v1::TaskMessage>::Deserialize(
+                           &message_, &parsed)
+                           .ok() ||
+                      !parsed.has_chunk())) {
+      return false;
+    }
+    const absl::string_view data = parsed.chunk().data();
+    const absl::Span<const absl::string_view> pieces =
+        in_place ? absl::MakeConstSpan(chunk_.data)
+                 : absl::MakeConstSpan(&data, 1);
+    for (absl::string_view piece : pieces) {
+      received_ += static_cast<int64_t>(piece.size());
+    }
+    if (assembler_.has_value() && verify_error_.ok()) {
+      verify_error_ =
+          assembler_->Add(in_place ? chunk_.fields : parsed.chunk(), pieces);
+    }
+    slices_.clear();  // gRPC's buffers are let go before the next read
+    pieces_.clear();
+    message_.Clear();
+    return true;
+  }
+
+  // Ends a download that breaks the contract; OnDone reports it.
+  void Malformed(absl::string_view what) {
+    malformed_ = std::string(what);
+    context_.TryCancel();
+  }
+
   void Finish(const grpc::Status& status) {
     if (leaving_ &&
         status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
       swarm_->Rejoin(s_, /*name_previous=*/false);
+      return;
+    }
+    if (!malformed_.empty()) {
+      swarm_->Error("RequestUpdate",
+                    grpc::Status(grpc::StatusCode::DATA_LOSS, malformed_));
+      swarm_->PollAt(s_, absl::Now() + absl::Seconds(1));
       return;
     }
     if (!status.ok() || !have_task_) {
@@ -668,14 +745,18 @@ class PollCall final : public grpc::ClientReadReactor<v1::TaskMessage> {
   Sim* const s_;
   bool leaving_ = false;
   grpc::ClientContext context_;
-  v1::RequestUpdateRequest request_;
-  v1::TaskMessage message_;
+  grpc::ByteBuffer request_;
+  grpc::ByteBuffer message_;  // the message being read
+  std::vector<grpc::Slice> slices_;
+  std::vector<absl::string_view> pieces_;
+  ChunkInPlace chunk_;
   bool have_task_ = false;
   v1::Task task_;
   int64_t received_ = 0;
   std::vector<float> weights_;
   std::optional<ChunkAssembler> assembler_;
   absl::Status verify_error_;
+  std::string malformed_;  // set when a download breaks the contract
 };
 
 void Swarm::Poll(Sim* s) {
@@ -683,9 +764,11 @@ void Swarm::Poll(Sim* s) {
   new PollCall(this, s);
 }
 
-// A push of the shared update: the header, then every chunk.
+// A push of the shared update: the header, then every chunk, on the
+// client-streaming PushGradient called as a stream that reads one reply (its
+// fields are not used: the status says what happened).
 class PushCall final
-    : public grpc::ClientWriteReactor<v1::PushGradientRequest> {
+    : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   PushCall(Swarm* swarm, Sim* s, int64_t round)
       : swarm_(swarm),
@@ -694,15 +777,20 @@ class PushCall final
         killed_(swarm->Chance(absl::GetFlag(FLAGS_kill_push))) {
     Authorize(&context_, *s);
     context_.set_deadline(absl::ToChronoTime(absl::Now() + absl::Minutes(5)));
-    v1::UpdateHeader* h = header_.mutable_header();
+    v1::PushGradientRequest header;
+    v1::UpdateHeader* h = header.mutable_header();
     h->set_client_id(s->Identity().first);
     h->set_round(round);
     h->set_num_examples(600);
     h->set_train_loss(0.5);
     h->set_train_accuracy(0.9);
     h->set_encoding(v1::ENCODING_DENSE);
-    s->stub->async()->PushGradient(&context_, &response_, this);
-    StartWrite(&header_);
+    const grpc::Slice serialized = SerializeToSlice(header);
+    out_ = grpc::ByteBuffer(&serialized, 1);
+    s->raw->PrepareBidiStreamingCall(&context_, kPushGradientMethod,
+                                     grpc::StubOptions(), this);
+    StartWrite(&out_);
+    StartRead(&reply_);
     StartCall();
   }
 
@@ -714,7 +802,8 @@ class PushCall final
       return;
     }
     if (next_ < chunks.size()) {
-      StartWrite(&chunks[next_++]);
+      out_ = grpc::ByteBuffer(&chunks[next_++], 1);  // a reference, no copy
+      StartWrite(&out_);
     } else {
       swarm_->PushSent(round_);
       StartWritesDone();
@@ -757,8 +846,8 @@ class PushCall final
   const int64_t round_;
   const bool killed_;
   grpc::ClientContext context_;
-  v1::PushGradientRequest header_;
-  v1::PushGradientResponse response_;
+  grpc::ByteBuffer out_;    // the message being written
+  grpc::ByteBuffer reply_;  // the PushGradientResponse
   size_t next_ = 0;
 };
 
