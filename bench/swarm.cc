@@ -86,6 +86,12 @@ ABSL_FLAG(bool, heartbeat, true,
           "heartbeat at the interval the coordinator suggests, idle or not; "
           "false: only hold polls, as an idle fedlearn-client does (it "
           "heartbeats while it trains)");
+ABSL_FLAG(bool, bdp_probe, true,
+          "let gRPC grow each download's flow-control window to the "
+          "connection's measured bandwidth-delay product, as a real client's "
+          "gRPC does; false holds it at gRPC's 64 KiB, which bounds what "
+          "downloads in flight keep in this machine's TCP receive queues, "
+          "shared by every simulated client (bench/swarm.sh: mnist_cnn)");
 ABSL_FLAG(int, verify_every, 100,
           "reassemble and verify the download of one client in this many");
 ABSL_FLAG(absl::Duration, timeout, absl::Minutes(15),
@@ -235,6 +241,9 @@ class Swarm {
       grpc::ChannelArguments args;
       args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // its own socket
       args.SetMaxReceiveMessageSize(8 << 20);
+      if (!absl::GetFlag(FLAGS_bdp_probe)) {
+        args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+      }
       std::shared_ptr<grpc::Channel> channel =
           grpc::CreateCustomChannel(absl::GetFlag(FLAGS_coordinator),
                                     grpc::InsecureChannelCredentials(), args);
