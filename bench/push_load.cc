@@ -199,10 +199,13 @@ int Run() {
           } else if (timed) {
             pushed_bytes += static_cast<int64_t>(delta.size() * sizeof(float));
           }
-          if (timed) {
+          {
             absl::MutexLock lock(&mu);
-            first_push = std::min(first_push, start);
-            last_push = std::max(last_push, end);
+            if (timed) {
+              first_push = std::min(first_push, start);
+              last_push = std::max(last_push, end);
+            }
+            // The transfer report sums every TRAIN task, warm-up or not.
             task_wait_seconds +=
                 absl::ToDoubleSeconds(task->header_received - polled);
             download_seconds +=
