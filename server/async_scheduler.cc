@@ -157,6 +157,21 @@ Closing AsyncScheduler::Close(absl::string_view outcome, int64_t version,
     window_loss_ = WeightedMean();
     window_updates_ = 0;
   }
+  // Tasks from now on are for round version + 2. The downloads of rounds the
+  // run would no longer take an update for (staler than max_staleness), or
+  // beyond the newest download_versions rounds, end here.
+  const int64_t next_round = version + 2;
+  int64_t keep_from = next_round - options_.download_versions + 1;
+  if (options_.max_staleness > 0) {
+    keep_from = std::max(keep_from, next_round - options_.max_staleness);
+  }
+  for (auto it = downloads_.begin();
+       it != downloads_.end() && it->first < keep_from;
+       it = downloads_.erase(it)) {
+    for (auto& handle : it->second.Take()) {
+      closing.cancel.push_back(std::move(handle));
+    }
+  }
   // The next step starts now.
   step_start_ = now;
   accepted_.clear();
@@ -174,11 +189,17 @@ void AsyncScheduler::NoteSent(const std::string& client_id, const Task& task,
   rounds.task = task.round;
   ++rounds.sent;
   bytes_sent_ += bytes;
+  if (task.retire != nullptr) downloads_[task.round].Track(task.retire);
 }
 
 std::vector<std::shared_ptr<CancelHandle>> AsyncScheduler::Stop() {
   open_ = false;
-  return in_flight_.Take();
+  std::vector<std::shared_ptr<CancelHandle>> cancel = in_flight_.Take();
+  for (auto& [round, handles] : downloads_) {
+    for (auto& handle : handles.Take()) cancel.push_back(std::move(handle));
+  }
+  downloads_.clear();
+  return cancel;
 }
 
 std::optional<v1::RoundRecord> AsyncScheduler::OpenRecord(

@@ -1,6 +1,7 @@
 #ifndef FEDLEARN_SERVER_ASYNC_SCHEDULER_H_
 #define FEDLEARN_SERVER_ASYNC_SCHEDULER_H_
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -25,7 +26,10 @@ namespace fedlearn {
 // Convergence is judged on windows of as many updates as alive clients (at
 // least min_clients): a single update's loss is one client's data. The run is
 // saved once a window. Memory: two integers per client that was sent a task,
-// and the handles of pushes in flight.
+// and the handles of pushes and downloads in flight. A download whose update
+// could no longer be applied (more than max_staleness behind), or whose
+// version is not among the newest download_versions, is cut off as the
+// version after it is made, so slow downloads hold at most that many models.
 class AsyncScheduler final : public Scheduler {
  public:
   struct Options {
@@ -34,6 +38,8 @@ class AsyncScheduler final : public Scheduler {
     double mixing = 0.5;  // resolved: never 0
     double staleness_exponent = 0.5;
     int max_staleness = 0;  // 0: no limit
+    // Model versions whose downloads are let run (the latest included).
+    int download_versions = 4;
   };
   explicit AsyncScheduler(Options options) : options_(options) {}
 
@@ -99,6 +105,9 @@ class AsyncScheduler final : public Scheduler {
   bool started_ = false;
   absl::flat_hash_map<std::string, ClientRounds> clients_;
   InFlightPushes in_flight_;
+  // TRAIN downloads by task round: at most download_versions rounds (fewer
+  // with max_staleness), older ones cut off as each version is made.
+  std::map<int64_t, InFlightPushes> downloads_;
   // The open step (version): its updates so far.
   absl::Time step_start_;
   std::vector<std::string> accepted_;

@@ -89,6 +89,11 @@ class CoordinatorService::TaskWriter final
                        "stream closed by the client"));
       return;
     }
+    if (retired_.load(std::memory_order_relaxed)) {
+      service_->Unwatch(this);
+      End(Retired());
+      return;
+    }
     if (encoded_ != nullptr && next_chunk_ < encoded_->chunks.size()) {
       service_->Watch(this, absl::Now());
       // A reference to the version's serialized chunk, not a copy.
@@ -104,6 +109,7 @@ class CoordinatorService::TaskWriter final
   // --stall_timeout.
   void CutOff() { context_->TryCancel(); }
   const std::string& client_id() const { return client_id_; }
+  bool retired() const { return retired_.load(std::memory_order_relaxed); }
 
   void OnCancel() override {
     controller_->CancelPoll(poll_id_.load());
@@ -122,9 +128,19 @@ class CoordinatorService::TaskWriter final
     HappensBefore(this);
     StartWrite(message);
   }
+  // Disarms the retire handle first: once End is called, nothing else may
+  // touch this stream, which OnDone deletes.
   void End(const grpc::Status& status) {
+    if (retire_ != nullptr) retire_->Disarm();
     HappensBefore(this);
     Finish(status);
+  }
+
+  grpc::Status Retired() const {
+    return grpc::Status(
+        grpc::StatusCode::CANCELLED,
+        absl::StrCat("client ", client_id_, ": round ", round_,
+                     " moved on before its weights were all sent: poll again"));
   }
 
   void Start(absl::StatusOr<Task> task) {
@@ -133,6 +149,15 @@ class CoordinatorService::TaskWriter final
       return;
     }
     const Task& t = *task;
+    round_ = t.round;
+    if (t.retire != nullptr) {
+      retire_ = t.retire;
+      retire_->Arm([this] { retired_.store(true, std::memory_order_relaxed); });
+      if (retired_.load(std::memory_order_relaxed)) {
+        End(Retired());
+        return;
+      }
+    }
     v1::TaskMessage message;
     v1::Task* header = message.mutable_task();
     header->set_type(t.type);
@@ -161,6 +186,11 @@ class CoordinatorService::TaskWriter final
   RunController* const controller_;
   std::string client_id_;  // set once, in the constructor
   std::atomic<uint64_t> poll_id_{0};
+  int64_t round_ = 0;  // the task's, once it came
+  // A TRAIN task's (Task::retire): when the run can no longer use it, the
+  // download ends at its next chunk (or at once, before its header).
+  std::shared_ptr<CancelHandle> retire_;
+  std::atomic<bool> retired_{false};
   // The weights' chunks (holding the snapshot), kept alive while they are
   // written.
   std::shared_ptr<const EncodedWeights> encoded_;
@@ -461,9 +491,15 @@ StagingPool::Policy UploadPolicy(const CoordinatorOptions& options) {
   return policy;
 }
 
-// How often the watchdog looks: the slack on --stall_timeout and on the
-// one-second grace of --min_upload_rate.
+// How often the watchdog looks: the slack on --stall_timeout, on the
+// one-second grace of --min_upload_rate and on kRetiredGrace.
 constexpr absl::Duration kWatchdogPeriod = absl::Milliseconds(100);
+
+// How long a retired download (Task::retire) may take to reach its next chunk
+// before it is cut off: a slow reader's chunk in flight waits for it to take
+// the ones buffered before it (seconds at a trickle), and the version it holds
+// is one the run has moved past.
+constexpr absl::Duration kRetiredGrace = absl::Seconds(1);
 
 }  // namespace
 
@@ -499,7 +535,7 @@ CoordinatorService::Encode(const Weights& weights) {
 
 void CoordinatorService::Watch(TaskWriter* writer, absl::Time now) {
   absl::MutexLock lock(&downloads_mu_);
-  downloads_[writer] = now;
+  downloads_[writer].progress = now;
 }
 
 void CoordinatorService::Unwatch(TaskWriter* writer) {
@@ -516,15 +552,26 @@ void CoordinatorService::WatchdogLoop() {
     }
     absl::MutexLock lock(&downloads_mu_);
     for (auto it = downloads_.begin(); it != downloads_.end();) {
-      if (now - it->second < stall) {
+      // Watched means not finished, so the writer is alive while the lock is
+      // held; it finishes once the cancelled write completes.
+      TaskWriter* writer = it->first;
+      Download& d = it->second;
+      if (writer->retired() && d.retired_seen == absl::InfiniteFuture()) {
+        d.retired_seen = now;
+      }
+      if (now - d.progress >= stall) {
+        Logf("client %s: download stalled for %s, cut off (--stall_timeout)",
+             writer->client_id(), absl::FormatDuration(now - d.progress));
+      } else if (now - d.retired_seen >= kRetiredGrace) {
+        Logf(
+            "client %s: the run moved past its task, and its download did "
+            "not reach its next chunk within %s: cut off",
+            writer->client_id(), absl::FormatDuration(kRetiredGrace));
+      } else {
         ++it;
         continue;
       }
-      // Watched means not finished, so the writer is alive while the lock is
-      // held; it finishes once the cancelled write completes.
-      Logf("client %s: download stalled for %s, cut off (--stall_timeout)",
-           it->first->client_id(), absl::FormatDuration(now - it->second));
-      it->first->CutOff();
+      writer->CutOff();
       downloads_.erase(it++);
     }
   }

@@ -74,12 +74,18 @@ class CoordinatorService final
   absl::Status Authorize(grpc::CallbackServerContext* context,
                          absl::string_view client_id);
 
-  // Downloads being written, and when each last made progress.
+  // Downloads being written, when each last made progress, and when the
+  // watchdog first saw it retired (Task::retire).
+  struct Download {
+    absl::Time progress;
+    absl::Time retired_seen = absl::InfiniteFuture();
+  };
   void Watch(TaskWriter* writer, absl::Time now);
   void Unwatch(TaskWriter* writer);
   // Every 100 ms: takes staging buffers back from stalled or trickling
   // uploads (StagingPool::Reclaim), and cuts off downloads that moved nothing
-  // for --stall_timeout.
+  // for --stall_timeout, or were retired and did not reach their next chunk
+  // within a second.
   void WatchdogLoop();
 
   // A model version's weights as the chunk messages every download of it
@@ -102,7 +108,7 @@ class CoordinatorService final
   std::shared_ptr<const EncodedWeights> encoded_ ABSL_GUARDED_BY(encoded_mu_);
   StagingPool staging_;
   absl::Mutex downloads_mu_;
-  absl::flat_hash_map<TaskWriter*, absl::Time> downloads_
+  absl::flat_hash_map<TaskWriter*, Download> downloads_
       ABSL_GUARDED_BY(downloads_mu_);
   absl::Notification stop_;
   std::thread watchdog_;  // last: started once the rest is built

@@ -34,6 +34,7 @@ std::unique_ptr<Scheduler> MakeScheduler(const CoordinatorOptions& o) {
     a.mixing = o.AsyncMixing();
     a.staleness_exponent = o.staleness_exponent;
     a.max_staleness = o.max_staleness;
+    a.download_versions = o.download_versions;
     return std::make_unique<AsyncScheduler>(a);
   }
   SyncScheduler::Options s;
@@ -285,8 +286,11 @@ absl::Status RunController::CheckRunningLocked() const {
   return absl::OkStatus();
 }
 
-void RunController::NoteSentLocked(const std::string& client_id,
-                                   const Task& task) {
+void RunController::NoteSentLocked(const std::string& client_id, Task* sent) {
+  if (sent->type == v1::TASK_TYPE_TRAIN && sent->weights != nullptr) {
+    sent->retire = std::make_shared<CancelHandle>();
+  }
+  const Task& task = *sent;
   if (task.type == v1::TASK_TYPE_DONE) {
     if (absl::StatusOr<Client*> c = clients_.Get(client_id); c.ok()) {
       (*c)->told_done = true;
@@ -312,7 +316,7 @@ void RunController::AbsorbLocked(TaskBoard::Deliveries deliveries,
         clients_.PollAnswered(*client, now);
       }
     }
-    if (d.task.ok()) NoteSentLocked(d.client_id, *d.task);
+    if (d.task.ok()) NoteSentLocked(d.client_id, &*d.task);
     effects->deliveries.push_back(std::move(d));
   }
 }
@@ -437,7 +441,7 @@ uint64_t RunController::Poll(absl::string_view client_id,
           MaybeStartLocked(now, &effects);
         }
       } else {
-        NoteSentLocked(result.now->client_id, *result.now->task);
+        NoteSentLocked(result.now->client_id, &*result.now->task);
         done = std::move(result.now->done);
         answer = std::move(result.now->task);
       }

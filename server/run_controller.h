@@ -229,8 +229,9 @@ class RunController {
   // The round being (or to be) trained; once training stopped, the last one.
   int64_t RoundLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckRunningLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Notes what a client is about to be sent (bytes, a DONE).
-  void NoteSentLocked(const std::string& client_id, const Task& task)
+  // Notes what a client is about to be sent (bytes, a DONE), and gives a
+  // TRAIN task its retire handle (Task::retire), tracked by the scheduler.
+  void NoteSentLocked(const std::string& client_id, Task* sent)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Takes answers of held polls into `effects`, noting what each was sent.
   void AbsorbLocked(TaskBoard::Deliveries deliveries, absl::Time now,

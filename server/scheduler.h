@@ -52,8 +52,8 @@ struct Acceptance {
 };
 
 // A step closed: its record (without the stop condition's verdict), the train
-// loss to hand the stop condition, the pushes to cut off, and whether to save
-// the run now.
+// loss to hand the stop condition, the pushes and downloads to cut off, and
+// whether to save the run now.
 struct Closing {
   v1::RoundRecord record;
   std::optional<double> loss;
@@ -124,7 +124,9 @@ class Scheduler {
   virtual std::optional<Task> Replace(const std::string& gone,
                                       const std::string& successor) = 0;
 
-  // A task was handed to `client_id`, `bytes` of weights with it.
+  // A task was handed to `client_id`, `bytes` of weights with it. A TRAIN
+  // task's `retire` handle is the scheduler's to return (Closing::cancel,
+  // Stop) once the run can no longer use what the client would train.
   virtual void NoteSent(const std::string& client_id, const Task& task,
                         int64_t bytes) = 0;
 

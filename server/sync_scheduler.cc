@@ -154,6 +154,10 @@ void SyncScheduler::NoteSent(const std::string& /*client_id*/, const Task& task,
                              int64_t bytes) {
   if (cohort_ != nullptr && task.type == v1::TASK_TYPE_TRAIN) {
     cohort_->AddBytesSent(bytes);
+    // Its download ends when the round closes, as its push would.
+    if (task.retire != nullptr && task.round == cohort_->round()) {
+      cohort_->Track(task.retire);
+    }
   }
 }
 

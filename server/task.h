@@ -24,6 +24,8 @@ using Weights = std::shared_ptr<const std::vector<float>>;
 // Minimum time between two polls of a client that got WAIT.
 constexpr absl::Duration kWaitRetryAfter = absl::Milliseconds(200);
 
+class CancelHandle;
+
 // A task for one client, as RequestUpdate sends it.
 struct Task {
   v1::TaskType type = v1::TASK_TYPE_WAIT;
@@ -33,6 +35,11 @@ struct Task {
   absl::Duration retry_after = absl::ZeroDuration();
   Weights weights;                               // TRAIN and EVALUATE only
   std::shared_ptr<const v1::TrainingPlan> plan;  // TRAIN only
+  // TRAIN, once handed to a client: cancelled when the run can no longer use
+  // what the client would train (its round closed, training stopped, or in
+  // async mode its version fell out of --download_versions), so that the
+  // download ends at its next chunk and lets go of its weights.
+  std::shared_ptr<CancelHandle> retire;
 };
 
 // Receives a long poll's answer: the task, WAIT at its expiry, UNAVAILABLE at
@@ -41,17 +48,30 @@ using PollCallback = std::function<void(absl::StatusOr<Task>)>;
 
 // Lets the coordinator stop a push that is still streaming when it can no
 // longer count (its round closed, training stopped), so that a stalled client
-// cannot hold a staging buffer. The stream arms it with its cancel action and
-// disarms it before finishing; Cancel after Disarm does nothing. Thread-safe.
+// cannot hold a staging buffer, and a download whose task it can no longer
+// use (Task::retire). The stream arms it with its cancel action and disarms it
+// before finishing; Cancel after Disarm does nothing. Thread-safe.
 class CancelHandle {
  public:
+  // Unarmed: the stream arms it once it has it (Arm).
+  CancelHandle() = default;
   explicit CancelHandle(std::function<void()> cancel)
       : cancel_(std::move(cancel)) {}
   // Runs the cancel action under the handle's own lock, so that once Disarm
   // returns the action is not running and the stream may be destroyed.
   void Cancel() {
     absl::MutexLock lock(&mu_);
+    cancelled_ = true;
     if (cancel_) std::exchange(cancel_, nullptr)();
+  }
+  // Arms an unarmed handle with `cancel`, or runs it now if Cancel came first.
+  void Arm(std::function<void()> cancel) {
+    absl::MutexLock lock(&mu_);
+    if (cancelled_) {
+      cancel();
+    } else {
+      cancel_ = std::move(cancel);
+    }
   }
   void Disarm() {
     absl::MutexLock lock(&mu_);
@@ -61,6 +81,7 @@ class CancelHandle {
  private:
   absl::Mutex mu_;
   std::function<void()> cancel_ ABSL_GUARDED_BY(mu_);
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // The handles of a step's pushes in flight, to cut them off when it closes.

@@ -251,8 +251,8 @@ class Client:
         """What every call does about a failure that waiting or joining again mends,
         as the C++ agent does (common/retry.h): "backed off" while the coordinator is
         unreachable or the call was cut off on the way (UNAVAILABLE,
-        DEADLINE_EXCEEDED, CANCELLED: a download that stalled for --stall_timeout is
-        cancelled), "rejoined" when a restarted one had forgotten this client or
+        DEADLINE_EXCEEDED, CANCELLED: a download that stalled for --stall_timeout, or
+        whose round the run moved past, is cancelled), "rejoined" when a restarted one had forgotten this client or
         does not take its token (NOT_FOUND, UNAUTHENTICATED, PERMISSION_DENIED);
         None for any other code."""
         grpc = self._grpc

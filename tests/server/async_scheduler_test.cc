@@ -44,6 +44,17 @@ void Send(AsyncScheduler& s, const Opening& o, const std::string& id) {
   s.NoteSent(id, o.default_task, 400);
 }
 
+// Sends `id` the open step's TRAIN with a retire handle, as the controller
+// does; the handle is returned to see where the scheduler hands it back.
+std::shared_ptr<CancelHandle> SendWithRetire(AsyncScheduler& s,
+                                             const Opening& o,
+                                             const std::string& id) {
+  Task train = o.default_task;
+  train.retire = Handle();
+  s.NoteSent(id, train, 400);
+  return train.retire;
+}
+
 TEST(AsyncSchedulerTest, StartsAtMinClientsThenGoesOnWithWhoeverIsThere) {
   AsyncScheduler s(Buffered(1));
   EXPECT_EQ(s.WantClients(1), std::nullopt);
@@ -199,6 +210,48 @@ TEST(AsyncSchedulerTest, StopCutsOffEveryPushInFlight) {
   EXPECT_FALSE(s.is_open());
   EXPECT_FALSE(s.IsTraining("a"));
   EXPECT_FALSE(s.Accept(*ticket, Header("a", 1), 10, 0, t0, &why).ok());
+}
+
+TEST(AsyncSchedulerTest, DownloadsOfTheNewestVersionsRunOthersAreCutOff) {
+  AsyncScheduler::Options options = Buffered(1);
+  options.download_versions = 2;
+  AsyncScheduler s(options);
+  Opening o = s.Open({}, nullptr, nullptr, 0, t0);
+  auto a = SendWithRetire(s, o, "a");  // round 1: version 0
+  Closing c = s.Close("async", 0, 2, t0);
+  EXPECT_TRUE(c.cancel.empty());  // rounds 1 and 2 are the newest two
+  o = s.Open({}, nullptr, nullptr, 1, t0);
+  auto b = SendWithRetire(s, o, "b");  // round 2: version 1
+  c = s.Close("async", 1, 2, t0);
+  ASSERT_EQ(c.cancel.size(), 1u);  // rounds 2 and 3 now
+  EXPECT_EQ(c.cancel[0], a);
+  o = s.Open({}, nullptr, nullptr, 2, t0);
+  auto d = SendWithRetire(s, o, "d");  // round 3
+  c = s.Close("async", 2, 2, t0);
+  ASSERT_EQ(c.cancel.size(), 1u);
+  EXPECT_EQ(c.cancel[0], b);
+  // Training stops: every download left goes, with the pushes.
+  auto stopped = s.Stop();
+  ASSERT_EQ(stopped.size(), 1u);
+  EXPECT_EQ(stopped[0], d);
+}
+
+TEST(AsyncSchedulerTest, ADownloadTooStaleToBeTakenIsCutOff) {
+  AsyncScheduler::Options options = Buffered(1);
+  options.max_staleness = 1;  // tighter than download_versions (4)
+  AsyncScheduler s(options);
+  Opening o = s.Open({}, nullptr, nullptr, 0, t0);
+  auto a = SendWithRetire(s, o, "a");  // round 1
+  // At version 1 an update for round 1 is 1 stale: still taken.
+  EXPECT_TRUE(s.Close("async", 0, 2, t0).cancel.empty());
+  o = s.Open({}, nullptr, nullptr, 1, t0);
+  // At version 2 it would be 2 stale and rejected: its download ends.
+  Closing c = s.Close("async", 1, 2, t0);
+  ASSERT_EQ(c.cancel.size(), 1u);
+  EXPECT_EQ(c.cancel[0], a);
+  Rejection why;
+  EXPECT_EQ(s.Admit(Header("a", 1), Handle(), 2, &why).status().code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 }  // namespace

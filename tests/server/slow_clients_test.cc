@@ -39,6 +39,7 @@ namespace {
 using ::fedlearn::testing::Header;
 using ::fedlearn::testing::NextTask;
 using ::fedlearn::testing::SmallRun;
+using ::testing::AllOf;
 using ::testing::AnyOf;
 using ::testing::HasSubstr;
 
@@ -265,6 +266,67 @@ TEST_F(SlowClientsTest, ATrickleOrStalledDownloadHoldsOnlyItsOwnStream) {
   EXPECT_LT(chunks_read[2], 74);
   EXPECT_EQ(slow[2].error_code(), grpc::StatusCode::CANCELLED)
       << slow[2].error_message();
+}
+
+TEST_F(SlowClientsTest, ADownloadOfAClosedRoundEndsSoonAfter) {
+  CoordinatorOptions o = SmallRun();
+  o.model = "mnist_cnn";  // 74 chunks of 64 KiB
+  // Far beyond the test's bound below: the watchdog is not what ends it.
+  o.stall_timeout = absl::Seconds(60);
+  Start(o);
+  // Client 0 reads its TRAIN weights one chunk every 200 ms and goes on
+  // reading until the coordinator ends the stream; its own connection opens
+  // its receive window only as far as it reads (as in the test above).
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 10);
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  args.SetMaxReceiveMessageSize(4 << 20);
+  auto slow_stub = v1::Coordinator::NewStub(
+      grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", server_->port()),
+                                grpc::InsecureChannelCredentials(), args));
+  grpc::Status slow;
+  int chunks_read = 0;
+  absl::Time ended;
+  std::thread slow_thread([&] {
+    grpc::ClientContext context;
+    Authorize(*clients_[0], &context);
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+    v1::RequestUpdateRequest request;
+    request.set_client_id(clients_[0]->client_id());
+    auto reader = slow_stub->RequestUpdate(&context, request);
+    v1::TaskMessage message;
+    while (reader->Read(&message)) {
+      if (message.has_chunk()) ++chunks_read;
+      absl::SleepFor(absl::Milliseconds(200));
+    }
+    slow = reader->Finish();
+    ended = absl::Now();
+  });
+  // Seven others close round 1 at quorum; clients 8 and 9 stay silent.
+  for (int i = 1; i <= 7; ++i) {
+    CoordinatorClient& c = *clients_[i];
+    ASSERT_EQ(NextTask(c).task.type(), v1::TASK_TYPE_TRAIN);
+    const std::vector<float> delta(c.spec().num_parameters, 0.5f);
+    EXPECT_TRUE(c.PushUpdate(Header(1, 100, 1.0), delta).ok());
+  }
+  ASSERT_TRUE(server_->controller().AwaitHistory(1, testing::kWait));
+  const absl::Time closed = absl::Now();
+  EXPECT_EQ(server_->controller().GetStatus().history(0).outcome(), "quorum");
+  slow_thread.join();
+  // Its round gone, the download ended soon after (not after
+  // --stall_timeout), long before the weights were all sent: at its next
+  // chunk, saying why, or, when that chunk waits for the reader to take what
+  // is buffered for it (gRPC's client updates a slow reader's window lazily),
+  // cut off a second after the close.
+  EXPECT_EQ(slow.error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_THAT(slow.error_message(),
+              AnyOf(AllOf(HasSubstr(clients_[0]->client_id()),
+                          HasSubstr("round 1 moved on before its weights were "
+                                    "all sent")),
+                    HasSubstr("Cancelled on the server side")));
+  EXPECT_LT(chunks_read, 74);
+  EXPECT_LT(ended - closed, absl::Seconds(15));
 }
 
 }  // namespace

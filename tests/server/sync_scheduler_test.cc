@@ -136,6 +136,25 @@ TEST(SyncSchedulerTest, APushOfAReplacedIdentityIsNotCounted) {
 // A selected client that opens pushes and abandons them all round long (each
 // admitted again, since it has not answered) must not grow the round's list
 // of pushes to cut off: ended ones are let go of.
+TEST(CancelHandleTest, ArmedAfterItWasCancelledItCancelsAtOnce) {
+  int runs = 0;
+  CancelHandle late;  // a download's, cancelled before its stream armed it
+  late.Cancel();
+  late.Arm([&runs] { ++runs; });
+  EXPECT_EQ(runs, 1);
+  CancelHandle armed;
+  armed.Arm([&runs] { ++runs; });
+  EXPECT_EQ(runs, 1);
+  armed.Cancel();
+  armed.Cancel();
+  EXPECT_EQ(runs, 2);  // once
+  CancelHandle disarmed;
+  disarmed.Arm([&runs] { ++runs; });
+  disarmed.Disarm();
+  disarmed.Cancel();
+  EXPECT_EQ(runs, 2);
+}
+
 TEST(InFlightPushesTest, EndedPushesAreLetGoOfAndLiveOnesKept) {
   InFlightPushes pushes;
   std::vector<std::shared_ptr<CancelHandle>> live;
@@ -209,6 +228,23 @@ TEST(SyncSchedulerTest, AClosedRoundCutsItsPushesOffAndRejectsTheirCommits) {
   auto late = s.Accept(*ticket, Header("client-4", 1), 10, 0, t0, &why);
   EXPECT_EQ(late.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(why, Rejection::kStaleRound);
+}
+
+TEST(SyncSchedulerTest, AClosedRoundCutsOffItsDownloadsOnly) {
+  SyncScheduler s(TenOfTen());
+  Opening o = s.Open(Ids(4), nullptr, nullptr, 0, t0);
+  // Client 1's TRAIN, as the controller hands it out with a retire handle.
+  Task train = o.posts[0].second;
+  train.retire = Handle();
+  s.NoteSent(o.posts[0].first, train, 400);
+  // A task of another round is not this round's to cut off.
+  Task other = train;
+  other.round = 7;
+  other.retire = Handle();
+  s.NoteSent(o.posts[1].first, other, 400);
+  Closing c = s.Close("abandoned", 0, 4, t0 + absl::Seconds(60));
+  ASSERT_EQ(c.cancel.size(), 1u);
+  EXPECT_EQ(c.cancel[0], train.retire);
 }
 
 TEST(SyncSchedulerTest, OpenRecordCountsTheGoneAsDropped) {
