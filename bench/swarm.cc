@@ -48,6 +48,7 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
@@ -464,6 +465,13 @@ bool IsLate(const grpc::Status& s) {
          s.error_code() == grpc::StatusCode::FAILED_PRECONDITION;
 }
 
+// A download the coordinator ended because its round (or async version)
+// moved on before the weights were all sent: the contract's answer too.
+bool IsRetired(const grpc::Status& s) {
+  return s.error_code() == grpc::StatusCode::CANCELLED &&
+         absl::StrContains(s.error_message(), "moved on before its weights");
+}
+
 void Authorize(grpc::ClientContext* context, Sim& s) {
   context->AddMetadata("authorization",
                        absl::StrCat("Bearer ", s.Identity().second));
@@ -703,6 +711,13 @@ class PollCall final
       swarm_->Error("RequestUpdate",
                     grpc::Status(grpc::StatusCode::DATA_LOSS, malformed_));
       swarm_->PollAt(s_, absl::Now() + absl::Seconds(1));
+      return;
+    }
+    if (IsRetired(status)) {
+      // Its round closed while the weights were on their way: poll again
+      // after the agent's first backoff.
+      swarm_->Late("RequestUpdate", status);
+      swarm_->PollAt(s_, absl::Now() + absl::Milliseconds(100));
       return;
     }
     if (!status.ok() || !have_task_) {

@@ -1,0 +1,87 @@
+#!/usr/bin/python3
+"""Slow downloads against an async coordinator (README, "Slow clients"): N clients
+join, one every INTERVAL seconds, and each reads its TRAIN weights one message a
+second, each on its own connection whose receive window opens only as far as it
+reads. While they read, something else must make new model versions (bench/
+slow_downloads.sh runs bench/push_load beside it), so each starts on a version of
+its own. Prints the coordinator's RSS growth once the last has read for a few
+seconds, and how the downloads ended.
+
+  bench/slow_downloads.py ADDRESS COORDINATOR_PID [N=24] [INTERVAL=0.25]
+
+Needs only Debian's python3-grpcio (the messages are encoded by hand, as in
+bench/idle_cost.py).
+"""
+import sys
+import threading
+import time
+
+import grpc
+
+from idle_cost import strings, varint  # beside this script
+from join_flood import rss_kb
+
+
+def read_slowly(address, results, index, stop):
+    channel = grpc.insecure_channel(address, options=[
+        ("grpc.use_local_subchannel_pool", 1),
+        ("grpc.http2.bdp_probe", 0),
+        ("grpc.http2.lookahead_bytes", 64 << 10),
+        ("grpc.max_receive_message_length", 4 << 20)])
+    joined = strings(channel.unary_unary("/fedlearn.v1.Coordinator/Join")(b"", timeout=30))
+    client_id, token = joined[1], joined[2]
+    # RequestUpdateRequest{client_id = 1, max_wait_ms = 2}.
+    request = b"\x0a" + varint(len(client_id)) + client_id + b"\x10" + varint(5000)
+    stream = channel.unary_stream("/fedlearn.v1.Coordinator/RequestUpdate")(
+        request, metadata=[("authorization", "Bearer " + token.decode())], timeout=120)
+    messages = 0
+    try:
+        outcome = "finished"
+        for _ in stream:
+            messages += 1
+            if stop.wait(1.0):
+                outcome = "reading at the end"
+                stream.cancel()
+                break
+        results[index] = (outcome, messages)
+    except grpc.RpcError as e:
+        if e.code() == grpc.StatusCode.CANCELLED and "moved on" in (e.details() or ""):
+            results[index] = ("moved on", messages)
+        elif e.code() == grpc.StatusCode.CANCELLED:
+            results[index] = ("cut off", messages)
+        else:
+            results[index] = (f"{e.code().name}: {e.details()}", messages)
+    channel.close()
+
+
+def main():
+    address, pid = sys.argv[1], int(sys.argv[2])
+    n = int(sys.argv[3]) if len(sys.argv) > 3 else 24
+    interval = float(sys.argv[4]) if len(sys.argv) > 4 else 0.25
+    r0 = rss_kb(pid)
+    results = [None] * n
+    stop = threading.Event()
+    threads = []
+    for i in range(n):
+        t = threading.Thread(target=read_slowly, args=(address, results, i, stop))
+        t.start()
+        threads.append(t)
+        time.sleep(interval)
+    time.sleep(5)
+    r1 = rss_kb(pid)
+    stop.set()
+    for t in threads:
+        t.join()
+    ended = {}
+    for outcome, _ in results:
+        ended[outcome] = ended.get(outcome, 0) + 1
+    ended_early = sorted(m for outcome, m in results if outcome in ("moved on", "cut off"))
+    if ended_early:
+        print(f"messages read by the downloads the coordinator ended: {ended_early}")
+    print(f"slow_downloads: {n} slow readers, coordinator RSS {r0 / 1024:.1f} -> "
+          f"{r1 / 1024:.1f} MiB (+{(r1 - r0) / 1024:.1f}); ended: " +
+          ", ".join(f"{k} {v}" for k, v in sorted(ended.items())))
+
+
+if __name__ == "__main__":
+    main()
