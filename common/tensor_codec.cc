@@ -180,6 +180,13 @@ ChunkWriter::ChunkWriter(const ModelSpec& spec, absl::Span<const float> values,
       total_bytes_(PayloadBytes(spec, encoding_)) {}
 
 bool ChunkWriter::Next(v1::TensorChunk* chunk) {
+  absl::string_view data;
+  if (!Next(chunk, &data)) return false;
+  chunk->set_data(data.data(), data.size());
+  return true;
+}
+
+bool ChunkWriter::Next(v1::TensorChunk* chunk, absl::string_view* data_view) {
   if (tensor_ == spec_.tensors.size()) return false;
   const TensorSpec& t = spec_.tensors[tensor_];
   const uint64_t total = PayloadBytes(t.num_elements, encoding_);
@@ -202,7 +209,7 @@ bool ChunkWriter::Next(v1::TensorChunk* chunk) {
   chunk->set_encoding(encoding_);
   chunk->set_total_bytes(total);
   chunk->set_offset(offset_);
-  chunk->set_data(data, n);
+  *data_view = absl::string_view(data, n);
   const uint32_t crc = Crc32c(data, n);
   chunk->set_chunk_crc32c(crc);
   // CRC of the whole tensor, from its chunks' (no second pass over the data).

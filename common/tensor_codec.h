@@ -67,6 +67,10 @@ class ChunkWriter {
   // Fills `chunk` with the next chunk; returns false (leaving `chunk` alone)
   // when every tensor has been written.
   bool Next(v1::TensorChunk* chunk);
+  // The same, but leaves the chunk's data empty and views it in `data`
+  // instead, without a copy: in `values` for a dense chunk, in the writer's
+  // own buffer (valid until the next call) for a quantized one.
+  bool Next(v1::TensorChunk* chunk, absl::string_view* data);
 
   // Total payload bytes the writer produces.
   int64_t total_bytes() const { return total_bytes_; }

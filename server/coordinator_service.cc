@@ -97,7 +97,8 @@ class CoordinatorService::TaskWriter final
     if (encoded_ != nullptr && next_chunk_ < encoded_->chunks.size()) {
       service_->Watch(this, absl::Now());
       // A reference to the version's serialized chunk, not a copy.
-      out_ = grpc::ByteBuffer(&encoded_->chunks[next_chunk_++], 1);
+      const std::vector<grpc::Slice>& chunk = encoded_->chunks[next_chunk_++];
+      out_ = grpc::ByteBuffer(chunk.data(), chunk.size());
       Write(&out_);
       return;
     }
@@ -524,10 +525,13 @@ CoordinatorService::Encode(const Weights& weights) {
   ChunkWriter writer(controller_->spec(), absl::MakeConstSpan(*weights),
                      static_cast<size_t>(controller_->chunk_bytes()));
   encoded->payload_bytes = writer.total_bytes();
-  v1::TaskMessage message;
-  while (writer.Next(message.mutable_chunk())) {
-    encoded->chunks.push_back(SerializeToSlice(message));
-    message.Clear();
+  // Dense chunks' data lie in the snapshot itself: each message references
+  // them (and holds the snapshot while gRPC does) instead of copying them.
+  v1::TensorChunk chunk;
+  absl::string_view data;
+  while (writer.Next(&chunk, &data)) {
+    encoded->chunks.push_back(SerializeChunkAround(
+        v1::TaskMessage::kChunkFieldNumber, chunk, data, weights));
   }
   encoded_ = encoded;
   return encoded;

@@ -89,16 +89,19 @@ class CoordinatorService final
   void WatchdogLoop();
 
   // A model version's weights as the chunk messages every download of it
-  // sends: encoded, checksummed and serialized once (the model's size plus
-  // about 60 bytes a chunk), each a reference-counted slice that every
-  // stream writing that version hands to gRPC without copying.
+  // sends: encoded, checksummed and serialized once, each message three
+  // reference-counted slices that every stream writing that version hands to
+  // gRPC without copying: the chunk's fields (about 60 bytes), its data, which
+  // is the snapshot's own memory (SerializeChunkAround), and its checksums.
+  // So an encoding costs about 100 bytes a chunk beyond the snapshot.
   struct EncodedWeights {
     Weights weights;
-    std::vector<grpc::Slice> chunks;  // each a serialized v1::TaskMessage
+    // Each a serialized v1::TaskMessage, in slices.
+    std::vector<std::vector<grpc::Slice>> chunks;
     int64_t payload_bytes = 0;
   };
-  // `weights` encoded. The encoding last asked for is kept (one model's
-  // worth, plus the snapshot it holds): the first stream of a version
+  // `weights` encoded. The encoding last asked for is kept (with the snapshot
+  // it holds): the first stream of a version
   // encodes it and the others wait for that on encoded_mu_, whose only job
   // it is.
   std::shared_ptr<const EncodedWeights> Encode(const Weights& weights);

@@ -3,11 +3,14 @@
 #include <grpcpp/impl/codegen/proto_utils.h>
 #include <grpcpp/support/byte_buffer.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/string_view.h"
 #include "common/chunk_wire.h"
+#include "common/model_spec.h"
+#include "common/tensor_codec.h"
 #include "fedlearn/v1/coordinator.pb.h"
 #include "gtest/gtest.h"
 
@@ -48,6 +51,68 @@ TEST(RawMessageTest, ASerializedSliceHoldsTheWireBytesAndParsesBack) {
       grpc::SerializationTraits<v1::TaskMessage>::Deserialize(&buffer, &parsed)
           .ok());
   EXPECT_EQ(parsed.SerializeAsString(), message.SerializeAsString());
+}
+
+std::string Bytes(const std::vector<grpc::Slice>& slices) {
+  std::string bytes;
+  for (const grpc::Slice& slice : slices) bytes += Bytes(slice);
+  return bytes;
+}
+
+// Every chunk a download sends, built around the weights' own memory, is
+// byte for byte the message protobuf serializes with the data copied in: the
+// middle of a tensor, a tensor's last chunk (with the fields after the data),
+// a first chunk of another, and data lengths whose varint takes 1 to 3 bytes.
+TEST(RawMessageTest, AChunkBuiltAroundItsDataIsWhatProtobufWrites) {
+  const ModelSpec spec = *LookupModel("mnist_cnn");
+  auto weights = std::make_shared<std::vector<float>>(spec.num_parameters);
+  for (size_t i = 0; i < weights->size(); ++i) {
+    (*weights)[i] = 0.001f * static_cast<float>(i % 1000) - 0.5f;
+  }
+  for (size_t chunk_bytes : {size_t{64}, size_t{4096}, size_t{65536}}) {
+    SCOPED_TRACE(chunk_bytes);
+    ChunkWriter views(spec, *weights, chunk_bytes);
+    ChunkWriter copies(spec, *weights, chunk_bytes);
+    v1::TensorChunk chunk;
+    absl::string_view data;
+    v1::TaskMessage expected;
+    int last_chunks = 0;
+    while (views.Next(&chunk, &data)) {
+      ASSERT_TRUE(copies.Next(expected.mutable_chunk()));
+      EXPECT_TRUE(chunk.data().empty());
+      const std::vector<grpc::Slice> slices = SerializeChunkAround(
+          v1::TaskMessage::kChunkFieldNumber, chunk, data, weights);
+      ASSERT_EQ(Bytes(slices), expected.SerializeAsString());
+      // The data slice is the weights' memory itself, not a copy.
+      ASSERT_GE(slices.size(), 2u);
+      EXPECT_EQ(slices[1].begin(),
+                reinterpret_cast<const uint8_t*>(data.data()));
+      last_chunks += chunk.last() ? 1 : 0;
+    }
+    EXPECT_FALSE(copies.Next(expected.mutable_chunk()));
+    EXPECT_EQ(last_chunks, static_cast<int>(spec.tensors.size()));
+  }
+}
+
+// The data slice keeps the weights alive after every other holder let go, as
+// gRPC may still be sending it when the download that wrote it has ended.
+TEST(RawMessageTest, TheDataSliceHoldsItsOwnerUntilReleased) {
+  auto owner = std::make_shared<std::vector<float>>(16, 1.0f);
+  const std::weak_ptr<std::vector<float>> watch = owner;
+  v1::TensorChunk chunk;
+  chunk.set_name("w");
+  chunk.set_offset(0);
+  chunk.set_chunk_crc32c(7);
+  const absl::string_view data(reinterpret_cast<const char*>(owner->data()),
+                               owner->size() * sizeof(float));
+  std::vector<grpc::Slice> slices = SerializeChunkAround(
+      v1::TaskMessage::kChunkFieldNumber, chunk, data, std::move(owner));
+  grpc::Slice held = slices[1];  // a reference, as gRPC would hold one
+  slices.clear();
+  EXPECT_FALSE(watch.expired());
+  EXPECT_EQ(Bytes(held), std::string(data));
+  held = grpc::Slice();
+  EXPECT_TRUE(watch.expired());
 }
 
 TEST(RawMessageTest, AnEmptyMessageIsAnEmptySlice) {
