@@ -80,6 +80,20 @@ class SlowClientsTest : public ::testing::Test {
     return messages;
   }
 
+  // A stub on a connection of its own, whose receive window opens only as far
+  // as its reader reads (no BDP probing, 64 KiB of lookahead): gRPC's defaults
+  // would take in a whole download on the client's side while a test sleeps.
+  std::unique_ptr<v1::Coordinator::Stub> SlowReaderStub() {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+    args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 10);
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    args.SetMaxReceiveMessageSize(4 << 20);
+    return v1::Coordinator::NewStub(
+        grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", server_->port()),
+                                  grpc::InsecureChannelCredentials(), args));
+  }
+
   void Authorize(const CoordinatorClient& client,
                  grpc::ClientContext* context) {
     context->AddMetadata("authorization",
@@ -210,17 +224,7 @@ TEST_F(SlowClientsTest, ATrickleOrStalledDownloadHoldsOnlyItsOwnStream) {
   // Clients 0 and 1 read their TRAIN weights one 64 KiB chunk a second until
   // the round is over; client 2 reads the header, stops reading for twice
   // --stall_timeout, then reads as fast as it can.
-  // Their own connection, whose receive window opens only as far as they
-  // read (no BDP probing, 64 KiB of lookahead): gRPC's defaults would take in
-  // the whole download on the client's side while the test sleeps.
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
-  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 10);
-  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  args.SetMaxReceiveMessageSize(4 << 20);
-  auto slow_stub = v1::Coordinator::NewStub(
-      grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", server_->port()),
-                                grpc::InsecureChannelCredentials(), args));
+  auto slow_stub = SlowReaderStub();
   std::vector<grpc::Status> slow(3);
   std::vector<int> chunks_read(3, 0);
   std::atomic<bool> round_over{false};
@@ -270,21 +274,13 @@ TEST_F(SlowClientsTest, ATrickleOrStalledDownloadHoldsOnlyItsOwnStream) {
 
 TEST_F(SlowClientsTest, ADownloadOfAClosedRoundEndsSoonAfter) {
   CoordinatorOptions o = SmallRun();
-  o.model = "mnist_cnn";  // 74 chunks of 64 KiB
+  o.model = "mnist_cnn";  // 80 chunks of at most 64 KiB
   // Far beyond the test's bound below: the watchdog is not what ends it.
   o.stall_timeout = absl::Seconds(60);
   Start(o);
   // Client 0 reads its TRAIN weights one chunk every 200 ms and goes on
-  // reading until the coordinator ends the stream; its own connection opens
-  // its receive window only as far as it reads (as in the test above).
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
-  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 64 << 10);
-  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  args.SetMaxReceiveMessageSize(4 << 20);
-  auto slow_stub = v1::Coordinator::NewStub(
-      grpc::CreateCustomChannel(absl::StrCat("127.0.0.1:", server_->port()),
-                                grpc::InsecureChannelCredentials(), args));
+  // reading until the coordinator ends the stream.
+  auto slow_stub = SlowReaderStub();
   grpc::Status slow;
   int chunks_read = 0;
   absl::Time ended;
