@@ -160,6 +160,12 @@ int Run() {
       const absl::Time polled = absl::Now();
       auto task = client.RequestUpdate(absl::Seconds(10));
       const absl::Time received = absl::Now();
+      if (absl::IsCancelled(task.status())) {
+        // A download the coordinator ended (the run moved past it, or it
+        // stalled): poll again after the agent's first backoff.
+        absl::SleepFor(absl::Milliseconds(100));
+        continue;
+      }
       if (!task.ok()) {
         std::fprintf(stderr, "%s: poll: %s\n", client.client_id().c_str(),
                      task.status().ToString().c_str());

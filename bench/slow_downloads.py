@@ -30,7 +30,7 @@ def read_slowly(address, results, index, stop):
         ("grpc.max_receive_message_length", 4 << 20)])
     joined = strings(channel.unary_unary("/fedlearn.v1.Coordinator/Join")(b"", timeout=30))
     client_id, token = joined[1], joined[2]
-    # RequestUpdateRequest{client_id = 1, max_wait_ms = 2}.
+    # RequestUpdateRequest{client_id (field 1), max_wait_ms (field 2) = 5 s}.
     request = b"\x0a" + varint(len(client_id)) + client_id + b"\x10" + varint(5000)
     stream = channel.unary_stream("/fedlearn.v1.Coordinator/RequestUpdate")(
         request, metadata=[("authorization", "Bearer " + token.decode())], timeout=120)

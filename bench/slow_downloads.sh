@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What slow downloads hold in async mode (README, "Slow clients"): for each value V in
-# $VERSIONS (default "4 1000000": the default bound, and none to speak of), an async
+# $VERSIONS (default "0 4": no bound, the default, and four versions), an async
 # mnist_cnn coordinator with --download_versions=V, two bench/push_load clients pushing
 # all the time (a new model version per update), and bench/slow_downloads.py: $N (24)
 # clients joining one every 0.25 s, each reading its weights one message a second. Prints
@@ -24,7 +24,7 @@ trap '[ -n "$load" ] && kill "$load" 2>/dev/null; cleanup_coordinator' EXIT
 
 lscpu | grep -E '^Model name|^CPU\(s\)' | tr -s ' '
 last=""
-for v in ${VERSIONS:-4 1000000}; do
+for v in ${VERSIONS:-0 4}; do
   start_coordinator "$tmp/coordinator-$v.log" --mode=async --model=mnist_cnn \
     --min_clients=2 --max_rounds=100000000 --convergence_threshold=-inf \
     --download_versions="$v"

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -157,11 +158,15 @@ Closing AsyncScheduler::Close(absl::string_view outcome, int64_t version,
     window_loss_ = WeightedMean();
     window_updates_ = 0;
   }
-  // Tasks from now on are for round version + 2. The downloads of rounds the
-  // run would no longer take an update for (staler than max_staleness), or
-  // beyond the newest download_versions rounds, end here.
-  const int64_t next_round = version + 2;
-  int64_t keep_from = next_round - options_.download_versions + 1;
+  // Tasks from now on are for round version + 2 (version + 1 again when
+  // nothing was applied). The downloads of rounds the run would no longer
+  // take an update for (staler than max_staleness), or beyond the newest
+  // download_versions rounds, end here.
+  const int64_t next_round = outcome == "abandoned" ? version + 1 : version + 2;
+  int64_t keep_from = std::numeric_limits<int64_t>::min();
+  if (options_.download_versions > 0) {
+    keep_from = next_round - options_.download_versions + 1;
+  }
   if (options_.max_staleness > 0) {
     keep_from = std::max(keep_from, next_round - options_.max_staleness);
   }

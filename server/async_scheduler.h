@@ -28,8 +28,8 @@ namespace fedlearn {
 // saved once a window. Memory: two integers per client that was sent a task,
 // and the handles of pushes and downloads in flight. A download whose update
 // could no longer be applied (more than max_staleness behind), or whose
-// version is not among the newest download_versions, is cut off as the
-// version after it is made, so slow downloads hold at most that many models.
+// version is no longer among the newest download_versions, is cut off when
+// the version that makes it so is made.
 class AsyncScheduler final : public Scheduler {
  public:
   struct Options {
@@ -38,8 +38,9 @@ class AsyncScheduler final : public Scheduler {
     double mixing = 0.5;  // resolved: never 0
     double staleness_exponent = 0.5;
     int max_staleness = 0;  // 0: no limit
-    // Model versions whose downloads are let run (the latest included).
-    int download_versions = 4;
+    // Model versions whose downloads are let run (the latest included; 0: no
+    // limit).
+    int download_versions = 0;
   };
   explicit AsyncScheduler(Options options) : options_(options) {}
 
@@ -105,8 +106,8 @@ class AsyncScheduler final : public Scheduler {
   bool started_ = false;
   absl::flat_hash_map<std::string, ClientRounds> clients_;
   InFlightPushes in_flight_;
-  // TRAIN downloads by task round: at most download_versions rounds (fewer
-  // with max_staleness), older ones cut off as each version is made.
+  // TRAIN downloads by task round; with a bound (download_versions,
+  // max_staleness), older rounds are cut off as each version is made.
   std::map<int64_t, InFlightPushes> downloads_;
   // The open step (version): its updates so far.
   absl::Time step_start_;

@@ -77,7 +77,8 @@ absl::Status CoordinatorOptions::Validate() const {
   }
   if (max_staleness < 0)
     return Bad("max_staleness", "must be >= 0 (0: no limit)");
-  if (download_versions < 1) return Bad("download_versions", "must be >= 1");
+  if (download_versions < 0)
+    return Bad("download_versions", "must be >= 0 (0: no limit)");
   if (async_buffer < 1) return Bad("async_buffer", "must be at least 1");
   if (mode == Mode::kAsync && async_buffer > min_clients) {
     return Bad("async_buffer",

@@ -37,8 +37,9 @@ struct Task {
   std::shared_ptr<const v1::TrainingPlan> plan;  // TRAIN only
   // TRAIN, once handed to a client: cancelled when the run can no longer use
   // what the client would train (its round closed, training stopped, or in
-  // async mode its version fell out of --download_versions), so that the
-  // download ends at its next chunk and lets go of its weights.
+  // async mode its version fell behind --max_staleness or out of
+  // --download_versions), so that the download ends at its next chunk and
+  // lets go of its weights.
   std::shared_ptr<CancelHandle> retire;
 };
 

@@ -133,9 +133,6 @@ TEST(SyncSchedulerTest, APushOfAReplacedIdentityIsNotCounted) {
   EXPECT_EQ(counted->accepted, 1);
 }
 
-// A selected client that opens pushes and abandons them all round long (each
-// admitted again, since it has not answered) must not grow the round's list
-// of pushes to cut off: ended ones are let go of.
 TEST(CancelHandleTest, ArmedAfterItWasCancelledItCancelsAtOnce) {
   int runs = 0;
   CancelHandle late;  // a download's, cancelled before its stream armed it
@@ -155,6 +152,9 @@ TEST(CancelHandleTest, ArmedAfterItWasCancelledItCancelsAtOnce) {
   EXPECT_EQ(runs, 2);
 }
 
+// A selected client that opens pushes and abandons them all round long (each
+// admitted again, since it has not answered) must not grow the round's list
+// of pushes to cut off: ended ones are let go of.
 TEST(InFlightPushesTest, EndedPushesAreLetGoOfAndLiveOnesKept) {
   InFlightPushes pushes;
   std::vector<std::shared_ptr<CancelHandle>> live;
