@@ -51,12 +51,12 @@ class SlowClientsTest : public ::testing::Test {
   // receive buffers (fewer than the slow clients, so that they must be taken
   // back), and a deadline far beyond anything a round at quorum takes here: a
   // round that waits for the slow ones is abandoned there, and the test fails.
-  void Start(CoordinatorOptions o = SmallRun()) {
+  void Start(CoordinatorOptions o = SmallRun(), int max_rounds = 2) {
     o.max_concurrent_updates = 2;
     o.min_clients = kSelected;
     o.clients_per_round = kSelected;
     o.tolerance = 0.3;
-    o.max_rounds = 2;
+    o.max_rounds = max_rounds;
     o.round_timeout = absl::Seconds(40);
     channel_ = testing::StartCoordinator(o, &server_);
     ASSERT_NE(channel_, nullptr);
@@ -323,6 +323,62 @@ TEST_F(SlowClientsTest, ADownloadOfAClosedRoundEndsSoonAfter) {
                     HasSubstr("Cancelled on the server side")));
   EXPECT_LT(chunks_read, 80);
   EXPECT_LT(ended - closed, absl::Seconds(15));
+}
+
+TEST_F(SlowClientsTest, AnAsyncDownloadTooStaleToCountEndsSoonAfter) {
+  CoordinatorOptions o = SmallRun();
+  o.mode = Mode::kAsync;  // a version per update
+  o.model = "mnist_cnn";
+  o.max_staleness = 1;
+  o.stall_timeout = absl::Seconds(60);
+  Start(o, /*max_rounds=*/10);  // training goes on past the test
+  // Client 0 takes round 1 (version 0) and reads it a chunk every 200 ms.
+  auto slow_stub = SlowReaderStub();
+  grpc::Status slow;
+  int chunks_read = 0;
+  absl::Time ended;
+  absl::Notification has_task;
+  std::thread slow_thread([&] {
+    grpc::ClientContext context;
+    Authorize(*clients_[0], &context);
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+    v1::RequestUpdateRequest request;
+    request.set_client_id(clients_[0]->client_id());
+    auto reader = slow_stub->RequestUpdate(&context, request);
+    v1::TaskMessage message;
+    while (reader->Read(&message)) {
+      if (message.has_task()) {
+        EXPECT_EQ(message.task().round(), 1);
+        has_task.Notify();
+      }
+      if (message.has_chunk()) ++chunks_read;
+      absl::SleepFor(absl::Milliseconds(200));
+    }
+    slow = reader->Finish();
+    ended = absl::Now();
+  });
+  ASSERT_TRUE(has_task.WaitForNotificationWithTimeout(testing::kWait));
+  // Two updates make versions 1 and 2. At version 1 an update for round 1
+  // would be 1 stale and still taken; at version 2 it would not.
+  for (int i = 1; i <= 2; ++i) {
+    CoordinatorClient& c = *clients_[i];
+    const CoordinatorClient::ReceivedTask task = NextTask(c);
+    ASSERT_EQ(task.task.type(), v1::TASK_TYPE_TRAIN);
+    const std::vector<float> delta(c.spec().num_parameters, 0.5f);
+    EXPECT_TRUE(c.PushUpdate(Header(task.task.round(), 100, 1.0), delta).ok());
+  }
+  ASSERT_TRUE(server_->controller().AwaitHistory(2, testing::kWait));
+  const absl::Time too_stale = absl::Now();
+  slow_thread.join();
+  EXPECT_EQ(slow.error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_THAT(slow.error_message(),
+              AnyOf(HasSubstr("round 1 moved on before its weights were all "
+                              "sent"),
+                    HasSubstr("Cancelled on the server side")));
+  EXPECT_LT(chunks_read, 80);
+  EXPECT_LT(ended - too_stale, absl::Seconds(10));  // the whole takes 16 s
+  // The run goes on: it was the staleness, not the end of training.
+  EXPECT_EQ(server_->controller().GetStatus().phase(), v1::PHASE_TRAINING);
 }
 
 }  // namespace
