@@ -100,6 +100,40 @@ class SlowClientsTest : public ::testing::Test {
                          absl::StrCat("Bearer ", client.session_token()));
   }
 
+  // How a download read one message every `pause` went.
+  struct SlowRead {
+    grpc::Status status;
+    absl::Time ended;
+    int chunks = 0;     // weights chunks read
+    int64_t round = 0;  // the task's
+  };
+  // Polls for `client` on `stub` and reads what comes one message every
+  // `pause` until the coordinator ends the stream; notifies `has_task` once
+  // the task's header is read (unless null).
+  SlowRead ReadSlowly(v1::Coordinator::Stub& stub,
+                      const CoordinatorClient& client, absl::Duration pause,
+                      absl::Notification* has_task) {
+    SlowRead read;
+    grpc::ClientContext context;
+    Authorize(client, &context);
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+    v1::RequestUpdateRequest request;
+    request.set_client_id(client.client_id());
+    auto reader = stub.RequestUpdate(&context, request);
+    v1::TaskMessage message;
+    while (reader->Read(&message)) {
+      if (message.has_task()) {
+        read.round = message.task().round();
+        if (has_task != nullptr) has_task->Notify();
+      }
+      if (message.has_chunk()) ++read.chunks;
+      absl::SleepFor(pause);
+    }
+    read.status = reader->Finish();
+    read.ended = absl::Now();
+    return read;
+  }
+
   // Pushes `client`'s update one message at a time, `pause` after each
   // chunk, but sends only the header and `max_chunks` chunks; then waits,
   // silent and without closing its side, for the coordinator to end the call.
@@ -281,23 +315,10 @@ TEST_F(SlowClientsTest, ADownloadOfAClosedRoundEndsSoonAfter) {
   // Client 0 reads its TRAIN weights one chunk every 200 ms and goes on
   // reading until the coordinator ends the stream.
   auto slow_stub = SlowReaderStub();
-  grpc::Status slow;
-  int chunks_read = 0;
-  absl::Time ended;
+  SlowRead slow;
   std::thread slow_thread([&] {
-    grpc::ClientContext context;
-    Authorize(*clients_[0], &context);
-    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
-    v1::RequestUpdateRequest request;
-    request.set_client_id(clients_[0]->client_id());
-    auto reader = slow_stub->RequestUpdate(&context, request);
-    v1::TaskMessage message;
-    while (reader->Read(&message)) {
-      if (message.has_chunk()) ++chunks_read;
-      absl::SleepFor(absl::Milliseconds(200));
-    }
-    slow = reader->Finish();
-    ended = absl::Now();
+    slow = ReadSlowly(*slow_stub, *clients_[0], absl::Milliseconds(200),
+                      /*has_task=*/nullptr);
   });
   // Seven others close round 1 at quorum; clients 8 and 9 stay silent.
   for (int i = 1; i <= 7; ++i) {
@@ -315,14 +336,15 @@ TEST_F(SlowClientsTest, ADownloadOfAClosedRoundEndsSoonAfter) {
   // chunk, saying why, or, when that chunk waits for the reader to take what
   // is buffered for it (gRPC's client updates a slow reader's window lazily),
   // cut off a second after the close.
-  EXPECT_EQ(slow.error_code(), grpc::StatusCode::CANCELLED);
-  EXPECT_THAT(slow.error_message(),
+  EXPECT_EQ(slow.status.error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_THAT(slow.status.error_message(),
               AnyOf(AllOf(HasSubstr(clients_[0]->client_id()),
                           HasSubstr("round 1 moved on before its weights were "
                                     "all sent")),
                     HasSubstr("Cancelled on the server side")));
-  EXPECT_LT(chunks_read, 80);
-  EXPECT_LT(ended - closed, absl::Seconds(15));
+  EXPECT_EQ(slow.round, 1);
+  EXPECT_LT(slow.chunks, 80);
+  EXPECT_LT(slow.ended - closed, absl::Seconds(15));
 }
 
 TEST_F(SlowClientsTest, AnAsyncDownloadTooStaleToCountEndsSoonAfter) {
@@ -334,28 +356,11 @@ TEST_F(SlowClientsTest, AnAsyncDownloadTooStaleToCountEndsSoonAfter) {
   Start(o, /*max_rounds=*/10);  // training goes on past the test
   // Client 0 takes round 1 (version 0) and reads it a chunk every 200 ms.
   auto slow_stub = SlowReaderStub();
-  grpc::Status slow;
-  int chunks_read = 0;
-  absl::Time ended;
+  SlowRead slow;
   absl::Notification has_task;
   std::thread slow_thread([&] {
-    grpc::ClientContext context;
-    Authorize(*clients_[0], &context);
-    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
-    v1::RequestUpdateRequest request;
-    request.set_client_id(clients_[0]->client_id());
-    auto reader = slow_stub->RequestUpdate(&context, request);
-    v1::TaskMessage message;
-    while (reader->Read(&message)) {
-      if (message.has_task()) {
-        EXPECT_EQ(message.task().round(), 1);
-        has_task.Notify();
-      }
-      if (message.has_chunk()) ++chunks_read;
-      absl::SleepFor(absl::Milliseconds(200));
-    }
-    slow = reader->Finish();
-    ended = absl::Now();
+    slow = ReadSlowly(*slow_stub, *clients_[0], absl::Milliseconds(200),
+                      &has_task);
   });
   ASSERT_TRUE(has_task.WaitForNotificationWithTimeout(testing::kWait));
   // Two updates make versions 1 and 2. At version 1 an update for round 1
@@ -370,13 +375,14 @@ TEST_F(SlowClientsTest, AnAsyncDownloadTooStaleToCountEndsSoonAfter) {
   ASSERT_TRUE(server_->controller().AwaitHistory(2, testing::kWait));
   const absl::Time too_stale = absl::Now();
   slow_thread.join();
-  EXPECT_EQ(slow.error_code(), grpc::StatusCode::CANCELLED);
-  EXPECT_THAT(slow.error_message(),
+  EXPECT_EQ(slow.status.error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_THAT(slow.status.error_message(),
               AnyOf(HasSubstr("round 1 moved on before its weights were all "
                               "sent"),
                     HasSubstr("Cancelled on the server side")));
-  EXPECT_LT(chunks_read, 80);
-  EXPECT_LT(ended - too_stale, absl::Seconds(10));  // the whole takes 16 s
+  EXPECT_EQ(slow.round, 1);
+  EXPECT_LT(slow.chunks, 80);
+  EXPECT_LT(slow.ended - too_stale, absl::Seconds(10));  // the whole takes 16 s
   // The run goes on: it was the staleness, not the end of training.
   EXPECT_EQ(server_->controller().GetStatus().phase(), v1::PHASE_TRAINING);
 }
