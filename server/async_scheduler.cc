@@ -194,7 +194,15 @@ void AsyncScheduler::NoteSent(const std::string& client_id, const Task& task,
   rounds.task = task.round;
   ++rounds.sent;
   bytes_sent_ += bytes;
-  if (task.retire != nullptr) downloads_[task.round].Track(task.retire);
+  if (task.retire == nullptr) return;
+  if (options_.download_versions > 0 || options_.max_staleness > 0) {
+    downloads_[task.round].Track(task.retire);  // Close cuts old rounds
+  } else {
+    // Nothing to cut it for until training stops: kept with the pushes, whose
+    // list lets go of ended calls as it grows (a per-round list here would
+    // keep a handle for every download of the run).
+    in_flight_.Track(task.retire);
+  }
 }
 
 std::vector<std::shared_ptr<CancelHandle>> AsyncScheduler::Stop() {

@@ -106,8 +106,9 @@ class AsyncScheduler final : public Scheduler {
   bool started_ = false;
   absl::flat_hash_map<std::string, ClientRounds> clients_;
   InFlightPushes in_flight_;
-  // TRAIN downloads by task round; with a bound (download_versions,
-  // max_staleness), older rounds are cut off as each version is made.
+  // With a bound (download_versions, max_staleness): TRAIN downloads by task
+  // round, older rounds cut off as each version is made, so at most as many
+  // rounds as the bound lets run. Without one they go in in_flight_.
   std::map<int64_t, InFlightPushes> downloads_;
   // The open step (version): its updates so far.
   absl::Time step_start_;

@@ -1,5 +1,6 @@
 #include "server/async_scheduler.h"
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -257,6 +258,23 @@ TEST(AsyncSchedulerTest, ADownloadTooStaleToBeTakenIsCutOff) {
   EXPECT_EQ(c.cancel[0], a);
   EXPECT_EQ(s.Admit(Header("a", 1), Handle(), 2, &why).status().code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+// Without a bound, nothing is cut until training stops, and downloads that
+// ended are let go of: a long run keeps no handle per download it served.
+TEST(AsyncSchedulerTest, WithoutABoundEndedDownloadsAreLetGoOf) {
+  AsyncScheduler s(Buffered(1));
+  std::shared_ptr<CancelHandle> live;
+  for (int64_t version = 0; version < 1000; ++version) {
+    Opening o = s.Open({}, nullptr, nullptr, version, t0);
+    auto handle = SendWithRetire(s, o, "c" + std::to_string(version % 10));
+    if (version == 500) live = handle;  // one download still running
+    EXPECT_TRUE(s.Close("async", version, 2, t0).cancel.empty());
+  }
+  const auto stopped = s.Stop();
+  // InFlightPushes keeps at most twice the calls in flight plus 16.
+  EXPECT_LE(stopped.size(), 18u);
+  EXPECT_NE(std::find(stopped.begin(), stopped.end(), live), stopped.end());
 }
 
 }  // namespace
