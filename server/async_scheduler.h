@@ -105,11 +105,11 @@ class AsyncScheduler final : public Scheduler {
   bool open_ = false;
   bool started_ = false;
   absl::flat_hash_map<std::string, ClientRounds> clients_;
-  InFlightPushes in_flight_;
+  InFlightCalls in_flight_;
   // With a bound (download_versions, max_staleness): TRAIN downloads by task
   // round, older rounds cut off as each version is made, so at most as many
   // rounds as the bound lets run. Without one they go in in_flight_.
-  std::map<int64_t, InFlightPushes> downloads_;
+  std::map<int64_t, InFlightCalls> downloads_;
   // The open step (version): its updates so far.
   absl::Time step_start_;
   std::vector<std::string> accepted_;

@@ -84,7 +84,7 @@ class Cohort {
   absl::flat_hash_set<std::string> answered_set_;
   StepMetrics metrics_;
   int64_t bytes_sent_ = 0;
-  InFlightPushes in_flight_;
+  InFlightCalls in_flight_;
 };
 
 }  // namespace fedlearn

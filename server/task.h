@@ -85,13 +85,14 @@ class CancelHandle {
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-// The handles of a step's pushes in flight, to cut them off when it closes.
-// A push that ended has dropped its reference (use_count 1); those are let go
-// of whenever the list has doubled since the last look, so a client that
-// opens and abandons pushes all round long costs a list of at most twice the
-// pushes really in flight (plus 16), at O(1) amortised per push. Not
-// thread-safe: the run controller serialises.
-class InFlightPushes {
+// The handles of a step's calls in flight (pushes, and downloads through
+// Task::retire), to cut them off when it closes. A call that ended has
+// dropped its reference (use_count 1); those are let go of whenever the list
+// has doubled since the last look, so a client that opens and abandons pushes
+// all round long costs a list of at most twice the calls really in flight
+// (plus 16), at O(1) amortised per call. Not thread-safe: the run controller
+// serialises.
+class InFlightCalls {
  public:
   void Track(std::shared_ptr<CancelHandle> handle) {
     if (handles_.size() >= prune_at_) {

@@ -272,7 +272,7 @@ TEST(AsyncSchedulerTest, WithoutABoundEndedDownloadsAreLetGoOf) {
     EXPECT_TRUE(s.Close("async", version, 2, t0).cancel.empty());
   }
   const auto stopped = s.Stop();
-  // InFlightPushes keeps at most twice the calls in flight plus 16.
+  // InFlightCalls keeps at most twice the calls in flight plus 16.
   EXPECT_LE(stopped.size(), 18u);
   EXPECT_NE(std::find(stopped.begin(), stopped.end(), live), stopped.end());
 }

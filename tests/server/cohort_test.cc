@@ -133,8 +133,8 @@ TEST(CohortTest, HandsOverItsPushesInFlightOnce) {
   EXPECT_EQ(cancelled, 1);
 }
 
-TEST(InFlightPushesTest, LetsGoOfEndedPushesAsItGrows) {
-  InFlightPushes pushes;
+TEST(InFlightCallsTest, LetsGoOfEndedPushesAsItGrows) {
+  InFlightCalls pushes;
   // One push stays in flight (the test holds it); a thousand others open and
   // end (only the list holds them).
   auto held = std::make_shared<CancelHandle>([] {});

@@ -155,8 +155,8 @@ TEST(CancelHandleTest, ArmedAfterItWasCancelledItCancelsAtOnce) {
 // A selected client that opens pushes and abandons them all round long (each
 // admitted again, since it has not answered) must not grow the round's list
 // of pushes to cut off: ended ones are let go of.
-TEST(InFlightPushesTest, EndedPushesAreLetGoOfAndLiveOnesKept) {
-  InFlightPushes pushes;
+TEST(InFlightCallsTest, EndedPushesAreLetGoOfAndLiveOnesKept) {
+  InFlightCalls pushes;
   std::vector<std::shared_ptr<CancelHandle>> live;
   for (int i = 0; i < 3; ++i) {
     live.push_back(Handle());
