@@ -1,6 +1,10 @@
 #include "common/chunk_wire.h"
 
 #include <algorithm>
+#include <cassert>
+
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/message.h"
 
 namespace fedlearn {
 namespace {
@@ -181,6 +185,38 @@ bool ReadChunkInPlace(absl::Span<const absl::string_view> message,
     return false;
   }
   return out->fields.ParseFromString(out->fields_wire_);
+}
+
+ChunkAround WriteChunkAround(uint32_t field, const v1::TensorChunk& chunk,
+                             size_t payload_bytes) {
+  assert(chunk.data().empty() && payload_bytes > 0);
+  // Protobuf writes a message's fields in field number order, then the
+  // fields it did not know: those before the data go before it, the rest
+  // after.
+  v1::TensorChunk head = chunk, tail = chunk;
+  const google::protobuf::Descriptor* d = chunk.GetDescriptor();
+  const google::protobuf::Reflection* r = chunk.GetReflection();
+  r->MutableUnknownFields(&head)->Clear();
+  for (int i = 0; i < d->field_count(); ++i) {
+    const google::protobuf::FieldDescriptor* f = d->field(i);
+    r->ClearField(
+        f->number() < v1::TensorChunk::kDataFieldNumber ? &tail : &head, f);
+  }
+  ChunkAround around;
+  around.after = tail.SerializeAsString();
+  const std::string fields = head.SerializeAsString();
+  std::string data_key;
+  AppendVarint(
+      uint64_t{v1::TensorChunk::kDataFieldNumber} << 3 | kLengthDelimited,
+      &data_key);
+  AppendVarint(payload_bytes, &data_key);
+  AppendVarint(uint64_t{field} << 3 | kLengthDelimited, &around.before);
+  AppendVarint(
+      fields.size() + data_key.size() + payload_bytes + around.after.size(),
+      &around.before);
+  around.before += fields;
+  around.before += data_key;
+  return around;
 }
 
 }  // namespace fedlearn

@@ -39,6 +39,18 @@ struct ChunkInPlace {
 bool ReadChunkInPlace(absl::Span<const absl::string_view> message,
                       uint32_t field, ChunkInPlace* out);
 
+// The sender's side: the wire bytes of a message whose field `field` is
+// `chunk` with a payload of `payload_bytes` as its data, but for the payload
+// itself. `before` + the payload + `after` is byte for byte what protobuf
+// writes, so a sender can send the payload from where it lies. `chunk` must
+// have no data of its own, and `payload_bytes` must not be 0.
+struct ChunkAround {
+  std::string before;
+  std::string after;
+};
+ChunkAround WriteChunkAround(uint32_t field, const v1::TensorChunk& chunk,
+                             size_t payload_bytes);
+
 }  // namespace fedlearn
 
 #endif  // FEDLEARN_COMMON_CHUNK_WIRE_H_

@@ -2,7 +2,8 @@
 // anywhere, ReadChunkInPlace either declines (the receiver then parses with
 // protobuf) or gives exactly what protobuf parses from the same bytes as a
 // PushGradientRequest: its chunk's fields, the payload in order, and views
-// that point into the pieces.
+// that point into the pieces. And WriteChunkAround, the sender's side, writes
+// that chunk again as protobuf would.
 //
 // Input: one byte that seeds where the message is cut, then the message.
 
@@ -55,6 +56,18 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   read.set_data(payload);
   if (read.SerializeAsString() != parsed.chunk().SerializeAsString()) {
     std::abort();
+  }
+  // The sender's side: the bytes around the payload, with it, are what
+  // protobuf writes for the chunk read.
+  if (!payload.empty()) {
+    const ChunkAround around =
+        WriteChunkAround(v1::PushGradientRequest::kChunkFieldNumber,
+                         chunk.fields, payload.size());
+    v1::PushGradientRequest written;
+    *written.mutable_chunk() = read;
+    if (around.before + payload + around.after != written.SerializeAsString()) {
+      std::abort();
+    }
   }
   return 0;
 }

@@ -108,6 +108,20 @@ TEST(ReadChunkInPlaceTest, KeepsFieldsItDoesNotKnowAsProtobufDoes) {
       chunk.fields.GetReflection()->GetUnknownFields(chunk.fields).empty());
 }
 
+// The sender's side writes what protobuf writes around the payload, fields it
+// does not know included (protobuf puts them last, after the checksums).
+TEST(WriteChunkAroundTest, WritesWhatProtobufWritesUnknownFieldsLast) {
+  v1::PushGradientRequest request = Request();
+  ASSERT_TRUE(request.mutable_chunk()->MergeFromString("\x78\x05"));
+  ASSERT_FALSE(request.chunk().data().empty());
+  v1::TensorChunk fields = request.chunk();
+  fields.clear_data();
+  const ChunkAround around =
+      WriteChunkAround(kChunk, fields, request.chunk().data().size());
+  EXPECT_EQ(around.before + request.chunk().data() + around.after,
+            request.SerializeAsString());
+}
+
 TEST(ReadChunkInPlaceTest, ReadsOverlongVarintsToTheSameValues) {
   // offset = 5 as a three-byte varint, total_bytes = 8 likewise.
   const std::string chunk_wire = std::string("\x30\x85\x80\x00", 4) +
