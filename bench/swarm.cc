@@ -469,7 +469,7 @@ bool IsLate(const grpc::Status& s) {
 // moved on before the weights were all sent: the contract's answer too.
 bool IsRetired(const grpc::Status& s) {
   return s.error_code() == grpc::StatusCode::CANCELLED &&
-         absl::StrContains(s.error_message(), "moved on before its weights");
+         absl::StrContains(s.error_message(), kMovedOnBeforeWeightsSent);
 }
 
 void Authorize(grpc::ClientContext* context, Sim& s) {

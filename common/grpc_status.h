@@ -13,6 +13,12 @@ namespace fedlearn {
 grpc::Status ToGrpcStatus(const absl::Status& status);
 absl::Status FromGrpcStatus(const grpc::Status& status);
 
+// What a RequestUpdate that ends CANCELLED says when the run moved past its
+// task before the weights were all sent (README, "Slow clients"); a client
+// that tells it from a stalled download's cut-off looks for these words.
+inline constexpr char kMovedOnBeforeWeightsSent[] =
+    "moved on before its weights were all sent";
+
 }  // namespace fedlearn
 
 #endif  // FEDLEARN_COMMON_GRPC_STATUS_H_

@@ -140,8 +140,8 @@ class CoordinatorService::TaskWriter final
   grpc::Status Retired() const {
     return grpc::Status(
         grpc::StatusCode::CANCELLED,
-        absl::StrCat("client ", client_id_, ": round ", round_,
-                     " moved on before its weights were all sent: poll again"));
+        absl::StrCat("client ", client_id_, ": round ", round_, " ",
+                     kMovedOnBeforeWeightsSent, ": poll again"));
   }
 
   void Start(absl::StatusOr<Task> task) {

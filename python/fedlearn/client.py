@@ -252,9 +252,9 @@ class Client:
         as the C++ agent does (common/retry.h): "backed off" while the coordinator is
         unreachable or the call was cut off on the way (UNAVAILABLE,
         DEADLINE_EXCEEDED, CANCELLED: a download that stalled for --stall_timeout, or
-        whose round the run moved past, is cancelled), "rejoined" when a restarted one had forgotten this client or
-        does not take its token (NOT_FOUND, UNAUTHENTICATED, PERMISSION_DENIED);
-        None for any other code."""
+        whose round the run moved past, is cancelled), "rejoined" when a restarted
+        one had forgotten this client or does not take its token (NOT_FOUND,
+        UNAUTHENTICATED, PERMISSION_DENIED); None for any other code."""
         grpc = self._grpc
         code = error.code()
         if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
