@@ -40,6 +40,7 @@ class CoordinatorServer {
   // The gRPC memory quota it runs with (--grpc_memory resolved).
   size_t grpc_memory_bytes() const { return grpc_memory_bytes_; }
   RunController& controller() { return *controller_; }
+  const RunController& controller() const { return *controller_; }
   const CoordinatorService& service() const { return *service_; }
 
   // Marks the service NOT_SERVING, fails pending polls with UNAVAILABLE, and

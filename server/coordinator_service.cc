@@ -91,6 +91,7 @@ class CoordinatorService::TaskWriter final
     }
     if (retired_.load(std::memory_order_relaxed)) {
       service_->Unwatch(this);
+      service_->downloads_moved_on_.fetch_add(1, std::memory_order_relaxed);
       End(Retired());
       return;
     }
@@ -111,6 +112,9 @@ class CoordinatorService::TaskWriter final
   void CutOff() { context_->TryCancel(); }
   const std::string& client_id() const { return client_id_; }
   bool retired() const { return retired_.load(std::memory_order_relaxed); }
+  // The weights being written; null for a task without any. Set before the
+  // stream is first watched, so readable under the watch's lock.
+  const EncodedWeights* encoding() const { return encoded_.get(); }
 
   void OnCancel() override {
     controller_->CancelPoll(poll_id_.load());
@@ -155,6 +159,7 @@ class CoordinatorService::TaskWriter final
       retire_ = t.retire;
       retire_->Arm([this] { retired_.store(true, std::memory_order_relaxed); });
       if (retired_.load(std::memory_order_relaxed)) {
+        service_->downloads_moved_on_.fetch_add(1, std::memory_order_relaxed);
         End(Retired());
         return;
       }
@@ -566,7 +571,9 @@ void CoordinatorService::WatchdogLoop() {
       if (now - d.progress >= stall) {
         Logf("client %s: download stalled for %s, cut off (--stall_timeout)",
              writer->client_id(), absl::FormatDuration(now - d.progress));
+        downloads_stalled_.fetch_add(1, std::memory_order_relaxed);
       } else if (now - d.retired_seen >= kRetiredGrace) {
+        downloads_moved_on_.fetch_add(1, std::memory_order_relaxed);
         Logf(
             "client %s: the run moved past its task, and its download did "
             "not reach its next chunk within %s: cut off",
@@ -579,6 +586,34 @@ void CoordinatorService::WatchdogLoop() {
       downloads_.erase(it++);
     }
   }
+}
+
+TransferStats CoordinatorService::transfers() const {
+  TransferStats stats;
+  {
+    absl::MutexLock lock(&downloads_mu_);
+    absl::flat_hash_map<const EncodedWeights*, int64_t> versions;
+    for (const auto& [writer, download] : downloads_) {
+      // Watched means not finished: the writer is alive while the lock is
+      // held.
+      if (const EncodedWeights* e = writer->encoding(); e != nullptr) {
+        ++stats.downloads;
+        versions.emplace(
+            e, static_cast<int64_t>(e->weights->size() * sizeof(float)));
+      }
+    }
+    stats.download_versions = static_cast<int64_t>(versions.size());
+    for (const auto& [encoding, bytes] : versions) {
+      stats.download_version_bytes += bytes;
+    }
+  }
+  stats.downloads_stalled = downloads_stalled_.load(std::memory_order_relaxed);
+  stats.downloads_moved_on =
+      downloads_moved_on_.load(std::memory_order_relaxed);
+  stats.receive_buffers = controller_->options().max_concurrent_updates;
+  stats.receive_buffers_in_use = staging_.in_use();
+  stats.uploads_waiting = staging_.waiting();
+  return stats;
 }
 
 absl::Status CoordinatorService::Authorize(grpc::CallbackServerContext* context,

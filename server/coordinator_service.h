@@ -1,6 +1,8 @@
 #ifndef FEDLEARN_SERVER_COORDINATOR_SERVICE_H_
 #define FEDLEARN_SERVER_COORDINATOR_SERVICE_H_
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -13,6 +15,7 @@
 #include "fedlearn/v1/coordinator.grpc.pb.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/slice.h"
+#include "server/metrics.h"
 #include "server/run_controller.h"
 #include "server/staging_pool.h"
 
@@ -65,6 +68,9 @@ class CoordinatorService final
 
   // The receive buffers: how many are held and how many pushes wait.
   const StagingPool& staging() const { return staging_; }
+  // What downloads and uploads hold now, and the downloads cut off so far
+  // (/metrics). Scans the downloads being written, under their lock.
+  TransferStats transfers() const;
 
  private:
   class TaskWriter;
@@ -110,9 +116,12 @@ class CoordinatorService final
   absl::Mutex encoded_mu_;
   std::shared_ptr<const EncodedWeights> encoded_ ABSL_GUARDED_BY(encoded_mu_);
   StagingPool staging_;
-  absl::Mutex downloads_mu_;
+  mutable absl::Mutex downloads_mu_;
   absl::flat_hash_map<TaskWriter*, Download> downloads_
       ABSL_GUARDED_BY(downloads_mu_);
+  // Downloads cut off since the start (TransferStats).
+  std::atomic<int64_t> downloads_stalled_{0};
+  std::atomic<int64_t> downloads_moved_on_{0};
   absl::Notification stop_;
   std::thread watchdog_;  // last: started once the rest is built
 };

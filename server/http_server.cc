@@ -14,6 +14,8 @@
 #include "absl/synchronization/mutex.h"
 #include "common/log.h"
 #include "common/safetensors.h"
+#include "server/coordinator_server.h"
+#include "server/coordinator_service.h"
 #include "server/metrics.h"
 #include "server/model_stats.h"
 #include "server/run_controller.h"
@@ -31,7 +33,8 @@ constexpr char kJson[] = "application/json";
 
 struct HttpServer::Impl {
   const RunController* controller = nullptr;
-  std::unique_ptr<httplib::Server> server;  // an SSLServer for HTTPS
+  const CoordinatorService* service = nullptr;  // its transfers, for /metrics
+  std::unique_ptr<httplib::Server> server;      // an SSLServer for HTTPS
   std::thread thread;
   int port = 0;
 
@@ -171,15 +174,15 @@ void HttpServer::Impl::Routes() {
           return sink.write(data + (offset - prefix->size()), length);
         });
   });
-  server->Get(
-      "/metrics", [this](const httplib::Request&, httplib::Response& res) {
-        RunCounters counters;
-        // Counts only: no client is listed.
-        const v1::GetStatusResponse status =
-            controller->GetStatus({/*offset=*/0, /*size=*/0}, &counters);
-        res.set_content(RenderPrometheus(status, counters),
-                        "text/plain; version=0.0.4; charset=utf-8");
-      });
+  server->Get("/metrics", [this](const httplib::Request&,
+                                 httplib::Response& res) {
+    RunCounters counters;
+    // Counts only: no client is listed.
+    const v1::GetStatusResponse status =
+        controller->GetStatus({/*offset=*/0, /*size=*/0}, &counters);
+    res.set_content(RenderPrometheus(status, counters, service->transfers()),
+                    "text/plain; version=0.0.4; charset=utf-8");
+  });
   server->set_error_handler(
       [](const httplib::Request& req, httplib::Response& res) {
         if (res.status == 404) {
@@ -190,10 +193,11 @@ void HttpServer::Impl::Routes() {
 }
 
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
-    const RunController* controller, const std::string& host, int port,
+    const CoordinatorServer& coordinator, const std::string& host, int port,
     const TlsFiles& tls) {
   auto impl = std::make_unique<Impl>();
-  impl->controller = controller;
+  impl->controller = &coordinator.controller();
+  impl->service = &coordinator.service();
   if (tls.cert_path.empty() && tls.key_path.empty()) {
     impl->server = std::make_unique<httplib::Server>();
   } else {

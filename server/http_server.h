@@ -8,7 +8,7 @@
 
 namespace fedlearn {
 
-class RunController;
+class CoordinatorServer;
 
 // The coordinator's HTTP side (cpp-httplib, on threads of its own):
 //   /                  the dashboard (assets built into the binary)
@@ -27,12 +27,12 @@ class HttpServer {
     std::string key_path;
   };
 
-  // Serves `controller` (which must outlive the server) on `host`:`port`; port
-  // 0 picks a free one. UNAVAILABLE when the address cannot be bound,
+  // Serves `coordinator` (which must outlive the server) on `host`:`port`;
+  // port 0 picks a free one. UNAVAILABLE when the address cannot be bound,
   // INVALID_ARGUMENT when `tls` names files that are not a matching PEM
   // certificate and key.
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(
-      const RunController* controller, const std::string& host, int port,
+      const CoordinatorServer& coordinator, const std::string& host, int port,
       const TlsFiles& tls = {});
 
   ~HttpServer();  // Stops.

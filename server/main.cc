@@ -156,7 +156,7 @@ int Run() {
     // With TLS on, the dashboard and /metrics are served over HTTPS with the
     // same certificate (client certificates are not asked for there).
     auto started = HttpServer::Start(
-        &controller, host, http_port,
+        **server, host, http_port,
         {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key)});
     if (!started.ok()) {
       std::fprintf(stderr, "fedlearn-coordinator: %s\n",

@@ -115,7 +115,8 @@ const v1::RoundRecord* LastValidatedRound(const v1::GetStatusResponse& status) {
 }  // namespace
 
 std::string RenderPrometheus(const v1::GetStatusResponse& status,
-                             const RunCounters& counters) {
+                             const RunCounters& counters,
+                             const TransferStats& transfers) {
   Exposition e;
   e.Family("fedlearn_info", "gauge",
            "Constant 1, labelled with the run's id and model.");
@@ -198,6 +199,33 @@ std::string RenderPrometheus(const v1::GetStatusResponse& status,
   e.Single("fedlearn_sent_bytes_total", "counter",
            "Bytes of model weights sent in tasks.",
            static_cast<double>(status.bytes_sent()));
+
+  e.Single("fedlearn_downloads", "gauge",
+           "Weights being written to clients (TRAIN and EVALUATE tasks).",
+           static_cast<double>(transfers.downloads));
+  e.Single("fedlearn_download_versions", "gauge",
+           "Distinct model versions the downloads being written hold.",
+           static_cast<double>(transfers.download_versions));
+  e.Single("fedlearn_download_version_bytes", "gauge",
+           "Bytes of weights those versions hold, one snapshot each.",
+           static_cast<double>(transfers.download_version_bytes));
+  e.Family("fedlearn_downloads_cut_off_total", "counter",
+           "Downloads ended before their weights were all sent: stalled for "
+           "--stall_timeout, or the run moved past their task.");
+  e.Sample("fedlearn_downloads_cut_off_total", "reason=\"stalled\"",
+           static_cast<double>(transfers.downloads_stalled));
+  e.Sample("fedlearn_downloads_cut_off_total", "reason=\"moved_on\"",
+           static_cast<double>(transfers.downloads_moved_on));
+  e.Single("fedlearn_receive_buffers", "gauge",
+           "Model-sized buffers updates are received into "
+           "(--max_concurrent_updates).",
+           static_cast<double>(transfers.receive_buffers));
+  e.Single("fedlearn_receive_buffers_in_use", "gauge",
+           "Receive buffers held by uploads.",
+           static_cast<double>(transfers.receive_buffers_in_use));
+  e.Single("fedlearn_uploads_waiting", "gauge",
+           "Uploads waiting for a receive buffer (not read until one frees).",
+           static_cast<double>(transfers.uploads_waiting));
 
   e.Histogram("fedlearn_round_duration_seconds",
               "Wall time from a training round's start to its close.",

@@ -47,10 +47,34 @@ struct RunCounters {
       {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1}};
 };
 
+// What the coordinator's transfers hold at a moment and what it has cut off
+// since it started (CoordinatorService::transfers()): what slow and stalled
+// clients cost it (README, "Slow clients").
+struct TransferStats {
+  // Weights being written to clients (TRAIN and EVALUATE tasks), and the
+  // distinct model versions they hold: each is a snapshot of the model's
+  // size, which outlives the version's turn as the global model while a
+  // download of it runs.
+  int64_t downloads = 0;
+  int64_t download_versions = 0;
+  int64_t download_version_bytes = 0;
+  // Downloads cut off: stalled for --stall_timeout, or ended because the run
+  // moved past their task (a closed round, or too stale to count).
+  int64_t downloads_stalled = 0;
+  int64_t downloads_moved_on = 0;
+  // Receive buffers (--max_concurrent_updates): held by uploads, and uploads
+  // waiting for one.
+  int64_t receive_buffers = 0;
+  int64_t receive_buffers_in_use = 0;
+  int64_t uploads_waiting = 0;
+};
+
 // /metrics: the Prometheus text exposition format (version 0.0.4) of one
-// consistent snapshot: `status` and `counters` taken under the same lock.
+// consistent snapshot, `status` and `counters` taken under the same lock, and
+// of `transfers`, taken just after under the service's own.
 std::string RenderPrometheus(const v1::GetStatusResponse& status,
-                             const RunCounters& counters);
+                             const RunCounters& counters,
+                             const TransferStats& transfers);
 
 // /api/history.csv: one row per closed or abandoned round and evaluation
 // attempt, with a header row. RFC 4180 (CRLF line ends).

@@ -131,7 +131,7 @@ TEST_F(TlsTest, BadFlagsAreClearErrors) {
 
 TEST_F(TlsTest, DashboardIsServedOverHttpsWithTheSameCertificate) {
   Start(/*mutual=*/true);  // client certificates are for gRPC only
-  auto http = HttpServer::Start(&server_->controller(), "127.0.0.1", 0,
+  auto http = HttpServer::Start(*server_, "127.0.0.1", 0,
                                 {Pem("server.pem"), Pem("server.key")});
   ASSERT_TRUE(http.ok()) << http.status();
   const int port = (*http)->port();
@@ -158,7 +158,7 @@ TEST_F(TlsTest, DashboardIsServedOverHttpsWithTheSameCertificate) {
   EXPECT_TRUE(!plain_page || plain_page->status != 200);
 
   // A key that is not the certificate's is refused at start.
-  auto mismatched = HttpServer::Start(&server_->controller(), "127.0.0.1", 0,
+  auto mismatched = HttpServer::Start(*server_, "127.0.0.1", 0,
                                       {Pem("server.pem"), Pem("client.key")});
   EXPECT_EQ(mismatched.status().code(), absl::StatusCode::kInvalidArgument)
       << mismatched.status();

@@ -66,7 +66,7 @@ class HttpServerTest : public ::testing::Test {
     auto server = CoordinatorServer::Start(options, "127.0.0.1:0");
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
-    auto http = HttpServer::Start(&server_->controller(), "127.0.0.1", 0);
+    auto http = HttpServer::Start(*server_, "127.0.0.1", 0);
     ASSERT_TRUE(http.ok()) << http.status();
     http_ = *std::move(http);
     channel_ = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server_->port()),
@@ -299,6 +299,17 @@ TEST_F(HttpServerTest, MetricsCountTheRun) {
   EXPECT_EQ(samples.at("fedlearn_received_bytes_total"), 6 * 4 * 199210);
   EXPECT_EQ(samples.at("fedlearn_train_loss"), 1.0);  // round 2: 2.0 / 2
   EXPECT_EQ(samples.at("fedlearn_clients_joined_total"), 3);
+  // Between rounds nothing is being sent or received, and nothing was cut
+  // off.
+  EXPECT_EQ(samples.at("fedlearn_downloads"), 0);
+  EXPECT_EQ(samples.at("fedlearn_download_versions"), 0);
+  EXPECT_EQ(samples.at("fedlearn_download_version_bytes"), 0);
+  EXPECT_EQ(samples.at(R"(fedlearn_downloads_cut_off_total{reason="stalled"})"),
+            0);
+  EXPECT_EQ(samples.at("fedlearn_receive_buffers"),
+            server_->controller().options().max_concurrent_updates);
+  EXPECT_EQ(samples.at("fedlearn_receive_buffers_in_use"), 0);
+  EXPECT_EQ(samples.at("fedlearn_uploads_waiting"), 0);
 }
 
 TEST_F(HttpServerTest, HistoryCsvHasARowPerRound) {
@@ -487,8 +498,7 @@ TEST_F(HttpServerTest, ARequestWithABodyIsRefusedUnreadAndServingGoesOn) {
 
 TEST_F(HttpServerTest, BusyPortIsAClearError) {
   Start(SmallRun());
-  auto second =
-      HttpServer::Start(&server_->controller(), "127.0.0.1", http_->port());
+  auto second = HttpServer::Start(*server_, "127.0.0.1", http_->port());
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(second.status().message(), HasSubstr("--http_port"));

@@ -100,13 +100,28 @@ RunCounters TrainingCounters() {
   return c;
 }
 
+// Two slow downloads of one old version and one of the current version, one
+// upload holding a receive buffer and two waiting for one.
+TransferStats Transfers() {
+  TransferStats t;
+  t.downloads = 3;
+  t.download_versions = 2;
+  t.download_version_bytes = 2 * 796840;
+  t.downloads_stalled = 5;
+  t.downloads_moved_on = 7;
+  t.receive_buffers = 4;
+  t.receive_buffers_in_use = 1;
+  t.uploads_waiting = 2;
+  return t;
+}
+
 std::vector<std::string> Lines(const std::string& text) {
   return absl::StrSplit(text, '\n', absl::SkipEmpty());
 }
 
 TEST(PrometheusTest, ExpositionIsWellFormed) {
   const std::string text =
-      RenderPrometheus(TrainingStatus(), TrainingCounters());
+      RenderPrometheus(TrainingStatus(), TrainingCounters(), Transfers());
   ASSERT_FALSE(text.empty());
   EXPECT_EQ(text.back(), '\n');
   const std::regex sample(
@@ -151,7 +166,7 @@ TEST(PrometheusTest, ExpositionIsWellFormed) {
 
 TEST(PrometheusTest, ReportsTheSnapshot) {
   const std::string text =
-      RenderPrometheus(TrainingStatus(), TrainingCounters());
+      RenderPrometheus(TrainingStatus(), TrainingCounters(), Transfers());
   for (const char* line : {
            R"(fedlearn_info{run_id="run\"1\\",model="mlp_2nn"} 1)",
            "fedlearn_model_parameters 199210",
@@ -175,6 +190,14 @@ TEST(PrometheusTest, ReportsTheSnapshot) {
            R"(fedlearn_updates_rejected_total{reason="invalid"} 0)",
            "fedlearn_received_bytes_total 3600",
            "fedlearn_sent_bytes_total 10800",
+           "fedlearn_downloads 3",
+           "fedlearn_download_versions 2",
+           "fedlearn_download_version_bytes 1593680",
+           R"(fedlearn_downloads_cut_off_total{reason="stalled"} 5)",
+           R"(fedlearn_downloads_cut_off_total{reason="moved_on"} 7)",
+           "fedlearn_receive_buffers 4",
+           "fedlearn_receive_buffers_in_use 1",
+           "fedlearn_uploads_waiting 2",
            // Cumulative buckets: 0.5 | 30 | 1000 (above the last bound).
            R"(fedlearn_round_duration_seconds_bucket{le="1"} 1)",
            R"(fedlearn_round_duration_seconds_bucket{le="20"} 1)",
@@ -204,7 +227,7 @@ TEST(PrometheusTest, FinalEvaluationOnceDone) {
   s.mutable_final_evaluation()->set_test_loss(0.0625);
   s.mutable_final_evaluation()->set_test_accuracy(0.97);
   const std::vector<std::string> lines =
-      Lines(RenderPrometheus(s, TrainingCounters()));
+      Lines(RenderPrometheus(s, TrainingCounters(), Transfers()));
   EXPECT_THAT(lines, testing::Contains("fedlearn_test_accuracy_ratio 0.97"));
   EXPECT_THAT(lines, testing::Contains("fedlearn_test_loss 0.0625"));
   EXPECT_THAT(lines, testing::Contains(R"(fedlearn_phase{phase="done"} 1)"));
@@ -246,14 +269,14 @@ TEST(HistoryCsvTest, PrivateRoundsCarryTheirEpsilon) {
 
 TEST(PrometheusTest, PrivacyGaugesOnlyUnderDp) {
   v1::GetStatusResponse s = TrainingStatus();
-  EXPECT_THAT(RenderPrometheus(s, TrainingCounters()),
+  EXPECT_THAT(RenderPrometheus(s, TrainingCounters(), Transfers()),
               testing::Not(testing::HasSubstr("fedlearn_dp_")));
   s.mutable_privacy()->set_epsilon(1.25);
   s.mutable_privacy()->set_delta(1e-5);
   s.mutable_privacy()->set_max_epsilon(8);
   s.mutable_privacy()->set_rounds(7);
   const std::vector<std::string> lines =
-      Lines(RenderPrometheus(s, TrainingCounters()));
+      Lines(RenderPrometheus(s, TrainingCounters(), Transfers()));
   EXPECT_THAT(lines, testing::Contains("fedlearn_dp_epsilon 1.25"));
   EXPECT_THAT(lines, testing::Contains("fedlearn_dp_delta 1e-05"));
   EXPECT_THAT(lines, testing::Contains("fedlearn_dp_max_epsilon 8"));

@@ -316,10 +316,18 @@ TEST_F(SlowClientsTest, ADownloadOfAClosedRoundEndsSoonAfter) {
   // reading until the coordinator ends the stream.
   auto slow_stub = SlowReaderStub();
   SlowRead slow;
+  absl::Notification has_task;
   std::thread slow_thread([&] {
     slow = ReadSlowly(*slow_stub, *clients_[0], absl::Milliseconds(200),
-                      /*has_task=*/nullptr);
+                      &has_task);
   });
+  // /metrics shows what it holds: one download, of one model version.
+  ASSERT_TRUE(has_task.WaitForNotificationWithTimeout(testing::kWait));
+  TransferStats held = server_->service().transfers();
+  EXPECT_EQ(held.downloads, 1);
+  EXPECT_EQ(held.download_versions, 1);
+  EXPECT_EQ(held.download_version_bytes,
+            clients_[0]->spec().num_parameters * 4);
   // Seven others close round 1 at quorum; clients 8 and 9 stay silent.
   for (int i = 1; i <= 7; ++i) {
     CoordinatorClient& c = *clients_[i];
@@ -345,6 +353,48 @@ TEST_F(SlowClientsTest, ADownloadOfAClosedRoundEndsSoonAfter) {
   EXPECT_EQ(slow.round, 1);
   EXPECT_LT(slow.chunks, 80);
   EXPECT_LT(slow.ended - closed, absl::Seconds(15));
+  // Counted as ended by the run moving on, and holding nothing now.
+  held = server_->service().transfers();
+  EXPECT_EQ(held.downloads_moved_on, 1);
+  EXPECT_EQ(held.downloads_stalled, 0);
+  EXPECT_EQ(held.downloads, 0);
+  EXPECT_EQ(held.download_versions, 0);
+}
+
+TEST_F(SlowClientsTest, AStalledDownloadIsCutOffAndCounted) {
+  CoordinatorOptions o = SmallRun();
+  o.model = "mnist_cnn";
+  o.stall_timeout = absl::Seconds(1);
+  Start(o);
+  // Client 0 reads its task's header and then nothing for three seconds;
+  // the round stays open (nobody pushes), so only the stall can end it.
+  auto slow_stub = SlowReaderStub();
+  grpc::ClientContext context;
+  Authorize(*clients_[0], &context);
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+  v1::RequestUpdateRequest request;
+  request.set_client_id(clients_[0]->client_id());
+  auto reader = slow_stub->RequestUpdate(&context, request);
+  v1::TaskMessage message;
+  ASSERT_TRUE(reader->Read(&message));
+  ASSERT_EQ(message.task().type(), v1::TASK_TYPE_TRAIN);
+  EXPECT_EQ(server_->service().transfers().downloads, 1);
+  const absl::Time deadline = absl::Now() + testing::kWait;
+  while (server_->service().transfers().downloads_stalled == 0 &&
+         absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  const TransferStats after = server_->service().transfers();
+  EXPECT_EQ(after.downloads_stalled, 1);
+  EXPECT_EQ(after.downloads_moved_on, 0);
+  EXPECT_EQ(after.downloads, 0);
+  EXPECT_EQ(after.download_versions, 0);
+  // Reading again, the client gets what was buffered on its side, then the
+  // cut.
+  int chunks = 0;
+  while (reader->Read(&message)) ++chunks;
+  EXPECT_LT(chunks, 80);
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
 }
 
 TEST_F(SlowClientsTest, AnAsyncDownloadTooStaleToCountEndsSoonAfter) {
