@@ -4,17 +4,21 @@ join, one every INTERVAL seconds, and each reads its TRAIN weights one message a
 second, each on its own connection whose receive window opens only as far as it
 reads. While they read, something else must make new model versions (bench/
 slow_downloads.sh runs bench/push_load beside it), so each starts on a version of
-its own. Prints the coordinator's RSS growth once the last has read for a few
-seconds, and how the downloads ended.
+its own. Prints what the coordinator's /metrics said the downloads held (with
+METRICS set to that URL, read every 0.25 s: the most, and once the last client has
+read for a few seconds), its RSS growth by then, and how the downloads ended.
 
-  bench/slow_downloads.py ADDRESS COORDINATOR_PID [N=24] [INTERVAL=0.25]
+  [METRICS=http://HOST:PORT/metrics] bench/slow_downloads.py ADDRESS COORDINATOR_PID \
+      [N=24] [INTERVAL=0.25]
 
 Needs only Debian's python3-grpcio (the messages are encoded by hand, as in
 bench/idle_cost.py).
 """
+import os
 import sys
 import threading
 import time
+import urllib.request
 
 import grpc
 
@@ -54,6 +58,25 @@ def read_slowly(address, results, index, stop):
     channel.close()
 
 
+def held_by_downloads(url):
+    """(downloads, model versions they hold, MiB of those) from /metrics at `url`."""
+    samples = {}
+    with urllib.request.urlopen(url, timeout=10) as response:
+        for line in response.read().decode().splitlines():
+            name, _, value = line.partition(" ")
+            samples[name] = float(value) if name.startswith("fedlearn_download") else value
+    return (int(samples["fedlearn_downloads"]), int(samples["fedlearn_download_versions"]),
+            samples["fedlearn_download_version_bytes"] / 2**20)
+
+
+def sample_held(url, peak, stop):
+    """Keeps in peak[0] the sample of /metrics holding the most, until `stop`."""
+    while not stop.wait(0.25):
+        held = held_by_downloads(url)
+        if held[2] > peak[0][2]:
+            peak[0] = held
+
+
 def main():
     address, pid = sys.argv[1], int(sys.argv[2])
     n = int(sys.argv[3]) if len(sys.argv) > 3 else 24
@@ -62,6 +85,12 @@ def main():
     results = [None] * n
     stop = threading.Event()
     threads = []
+    url = os.environ.get("METRICS")
+    peak = [(0, 0, 0.0)]
+    sampled = threading.Event()
+    if url:
+        sampler = threading.Thread(target=sample_held, args=(url, peak, sampled))
+        sampler.start()
     for i in range(n):
         t = threading.Thread(target=read_slowly, args=(address, results, i, stop))
         t.start()
@@ -69,6 +98,14 @@ def main():
         time.sleep(interval)
     time.sleep(5)
     r1 = rss_kb(pid)
+    if url:
+        sampled.set()
+        sampler.join()
+        for when, (downloads, versions, mib) in (("at most", peak[0]),
+                                                 ("at the end", held_by_downloads(url))):
+            print(f"held {when}: {downloads} downloads holding {versions} model versions, "
+                  f"{mib:.1f} MiB")
+        print(f"slow_downloads_held_mib={peak[0][2]:.1f}")
     stop.set()
     for t in threads:
         t.join()
