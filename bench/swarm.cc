@@ -713,9 +713,16 @@ class PollCall final
       swarm_->PollAt(s_, absl::Now() + absl::Seconds(1));
       return;
     }
-    if (IsRetired(status)) {
-      // Its round closed while the weights were on their way: poll again
-      // after the agent's first backoff.
+    // Its round closed while the weights were on their way: the download
+    // ended at its next chunk saying so, or, its next chunk waiting for this
+    // client to read what was buffered, was cut off a second later (which
+    // only says CANCELLED; a later round's task was out by then). Poll again
+    // after the agent's first backoff.
+    const bool moved_on = IsRetired(status) ||
+                          (status.error_code() == grpc::StatusCode::CANCELLED &&
+                           have_task_ && task_.type() == v1::TASK_TYPE_TRAIN &&
+                           task_.round() < swarm_->latest_round.load());
+    if (moved_on) {
       swarm_->Late("RequestUpdate", status);
       swarm_->PollAt(s_, absl::Now() + absl::Milliseconds(100));
       return;
