@@ -22,6 +22,7 @@
 #include "server/coordinator_service.h"
 #include "server/run_controller.h"
 #include "server/state_store.h"
+#include "server/status_queue.h"
 #include "server/strategy/update_store.h"
 
 namespace fedlearn {
@@ -232,10 +233,22 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   grpc::ResourceQuota quota("fedlearn-coordinator");
   quota.Resize(server->grpc_memory_bytes_);
   builder.SetResourceQuota(quota);
+  std::unique_ptr<grpc::ServerCompletionQueue> status_queue =
+      builder.AddCompletionQueue();
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
+    // A queue is shut down and drained before it is destroyed.
+    status_queue->Shutdown();
+    void* tag;
+    bool ok;
+    while (status_queue->Next(&tag, &ok)) {
+    }
     return absl::UnavailableError(absl::StrCat("cannot listen on ", address));
   }
+  server->status_ = std::make_unique<StatusQueue>(server->service_.get(),
+                                                  server->controller_.get(),
+                                                  std::move(status_queue));
+  server->status_->Start();
   server->server_->GetHealthCheckService()->SetServingStatus(kServiceName,
                                                              true);
   return server;
@@ -249,7 +262,9 @@ void CoordinatorServer::Shutdown(absl::Duration grace) {
   controller_->Shutdown();
   server_->Shutdown(absl::ToChronoTime(absl::Now() + grace));
   server_->Wait();
+  status_->Stop();
   server_.reset();
+  status_.reset();
 }
 
 }  // namespace fedlearn

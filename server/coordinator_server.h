@@ -15,6 +15,7 @@ namespace fedlearn {
 
 class CoordinatorService;
 class RunController;
+class StatusQueue;
 
 // A running coordinator: the run controller, the gRPC service with reflection
 // and grpc.health.v1, listening on real sockets. Used by the binary and by
@@ -55,6 +56,7 @@ class CoordinatorServer {
   std::unique_ptr<RunController> controller_;
   std::unique_ptr<CoordinatorService> service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<StatusQueue> status_;  // stopped after server_ shuts down
 };
 
 }  // namespace fedlearn

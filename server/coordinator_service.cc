@@ -662,15 +662,4 @@ grpc::ServerUnaryReactor* CoordinatorService::Heartbeat(
   return FinishUnary(context, s);
 }
 
-grpc::ServerUnaryReactor* CoordinatorService::GetStatus(
-    grpc::CallbackServerContext* context, const v1::GetStatusRequest* request,
-    v1::GetStatusResponse* response) {
-  absl::StatusOr<StatusQuery> query = ParseStatusRequest(*request);
-  if (query.ok()) {
-    *response = controller_->GetStatus(query->page, nullptr, query->history,
-                                       query->client_ids);
-  }
-  return FinishUnary(context, query.status());
-}
-
 }  // namespace fedlearn

@@ -33,11 +33,20 @@ namespace fedlearn {
 // bytes serialized once per model version, which every stream of that version
 // references instead of serializing its own copy; PushGradient reads each
 // chunk's payload where gRPC received it (ReadChunkInPlace) instead of having
-// protobuf copy it out first.
+// protobuf copy it out first. GetStatus is an async method, answered on a
+// queue and thread of its own (StatusQueue), not behind the streams'
+// callbacks.
+// (A method gRPC serves through a callback keeps its handler when marked
+// async, so the service is composed method by method rather than from
+// CallbackService.)
 class CoordinatorService final
-    : public v1::Coordinator::WithRawCallbackMethod_RequestUpdate<
-          v1::Coordinator::WithRawCallbackMethod_PushGradient<
-              v1::Coordinator::CallbackService>> {
+    : public v1::Coordinator::WithCallbackMethod_Join<
+          v1::Coordinator::WithRawCallbackMethod_RequestUpdate<
+              v1::Coordinator::WithRawCallbackMethod_PushGradient<
+                  v1::Coordinator::WithCallbackMethod_ReportEval<
+                      v1::Coordinator::WithCallbackMethod_Heartbeat<
+                          v1::Coordinator::WithAsyncMethod_GetStatus<
+                              v1::Coordinator::Service>>>>>> {
  public:
   explicit CoordinatorService(RunController* controller);
   ~CoordinatorService() override;
@@ -62,9 +71,6 @@ class CoordinatorService final
   grpc::ServerUnaryReactor* Heartbeat(grpc::CallbackServerContext* context,
                                       const v1::HeartbeatRequest* request,
                                       v1::HeartbeatResponse* response) override;
-  grpc::ServerUnaryReactor* GetStatus(grpc::CallbackServerContext* context,
-                                      const v1::GetStatusRequest* request,
-                                      v1::GetStatusResponse* response) override;
 
   // The receive buffers: how many are held and how many pushes wait.
   const StagingPool& staging() const { return staging_; }

@@ -2,9 +2,11 @@
 // the client list a page at a time, forgotten clients, and the latest history
 // records, over real gRPC with scripted clients.
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/time/clock.h"
@@ -222,6 +224,63 @@ TEST_F(RunStatusTest, GetStatusListsRecordsClientsOnlyWhenAsked) {
   EXPECT_THAT(reply.history(0).selected_clients(),
               ::testing::UnorderedElementsAre(clients[0]->client_id(),
                                               clients[1]->client_id()));
+}
+
+// GetStatus is answered on a queue of its own (StatusQueue), a few calls
+// taken in at a time: callers at once, more of them than it takes in, each
+// get their own answer, and a bad request among them its own error; a call
+// still waiting when the server shuts down ends instead of hanging.
+TEST_F(RunStatusTest, StatusCallsAtOnceAreEachAnsweredAndShutdownEndsTheRest) {
+  CoordinatorOptions o = SmallRun();
+  o.min_clients = 1000;  // nobody trains
+  Start(o);
+  auto clients = JoinAll(5);
+  auto stub = v1::Coordinator::NewStub(channel_);
+  constexpr int kCallers = 16;
+  constexpr int kCalls = 25;
+  std::vector<int> answered(kCallers, 0);
+  std::vector<std::thread> callers;
+  for (int i = 0; i < kCallers; ++i) {
+    callers.emplace_back([&, i] {
+      for (int k = 0; k < kCalls; ++k) {
+        grpc::ClientContext context;
+        context.set_deadline(absl::ToChronoTime(absl::Now() + kWait));
+        v1::GetStatusRequest request;
+        // Caller 0 asks for a page no reply gave.
+        request.set_client_page_token(i == 0 ? "abc" : "");
+        request.set_client_page_size(1 + i % 5);
+        v1::GetStatusResponse reply;
+        const grpc::Status s = stub->GetStatus(&context, request, &reply);
+        if (i == 0) {
+          EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+          continue;
+        }
+        ASSERT_TRUE(s.ok()) << s.error_message();
+        EXPECT_EQ(reply.client_counts().joined(), 5);
+        EXPECT_EQ(reply.clients_size(), 1 + i % 5) << i;
+        ++answered[i];
+      }
+    });
+  }
+  for (std::thread& t : callers) t.join();
+  for (int i = 1; i < kCallers; ++i) EXPECT_EQ(answered[i], kCalls) << i;
+
+  // Calls racing the shutdown end one way or the other, none hangs.
+  std::atomic<int> ended{0};
+  std::vector<std::thread> late;
+  for (int i = 0; i < 8; ++i) {
+    late.emplace_back([&] {
+      grpc::ClientContext context;
+      context.set_deadline(absl::ToChronoTime(absl::Now() + kWait));
+      v1::GetStatusResponse reply;
+      const grpc::Status s = stub->GetStatus(&context, {}, &reply);
+      EXPECT_NE(s.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+      ended.fetch_add(1);
+    });
+  }
+  server_->Shutdown(absl::Milliseconds(100));
+  for (std::thread& t : late) t.join();
+  EXPECT_EQ(ended.load(), 8);
 }
 
 }  // namespace
