@@ -69,10 +69,15 @@ def held_by_downloads(url):
             samples["fedlearn_download_version_bytes"] / 2**20)
 
 
-def sample_held(url, peak, stop):
-    """Keeps in peak[0] the sample of /metrics holding the most, until `stop`."""
+def sample_held(url, peak, stop, failures):
+    """Keeps in peak[0] the sample of /metrics holding the most, until `stop`;
+    a scrape that fails goes into `failures`."""
     while not stop.wait(0.25):
-        held = held_by_downloads(url)
+        try:
+            held = held_by_downloads(url)
+        except Exception as e:  # reported at the end: the peak would be wrong
+            failures.append(repr(e))
+            continue
         if held[2] > peak[0][2]:
             peak[0] = held
 
@@ -88,8 +93,9 @@ def main():
     url = os.environ.get("METRICS")
     peak = [(0, 0, 0.0)]
     sampled = threading.Event()
+    failures = []
     if url:
-        sampler = threading.Thread(target=sample_held, args=(url, peak, sampled))
+        sampler = threading.Thread(target=sample_held, args=(url, peak, sampled, failures))
         sampler.start()
     for i in range(n):
         t = threading.Thread(target=read_slowly, args=(address, results, i, stop))
@@ -101,6 +107,8 @@ def main():
     if url:
         sampled.set()
         sampler.join()
+        if failures:
+            print(f"{len(failures)} scrapes of /metrics failed, e.g. {failures[0]}")
         for when, (downloads, versions, mib) in (("at most", peak[0]),
                                                  ("at the end", held_by_downloads(url))):
             print(f"held {when}: {downloads} downloads holding {versions} model versions, "

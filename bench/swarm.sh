@@ -10,7 +10,8 @@
 # more flags for the coordinator, e.g. --grpc_memory=512MiB; $SWARM_FLAGS: for swarm, e.g.
 # --clients_per_connection=3 where open files are capped below N). Prints swarm's
 # report per run; last line:
-#   swarm_n=<largest N with no error in any model's run> rss_per_client_kb=<at that N>
+#   swarm_n=<largest N with no error in any model's run (a download the coordinator cut
+#   off as stalled is one)> rss_per_client_kb=<at that N>
 #   round_overhead_s_1000=<median first-task-to-next-first-task of 1,000-client mlp_2nn
 #   rounds>
 set -euo pipefail
@@ -81,11 +82,19 @@ for n in $sizes; do
     tcp_before=$(tcp_counters)
     "$build/bench/swarm" --coordinator="127.0.0.1:$port" --http_port="$http" \
       --coordinator_pid="$coordinator" --clients="$n" "${all_swarm_flags[@]}" | tee "$out" || status=$?
+    # swarm counts a download cut off after its round moved on as late, which a download
+    # cut off as stalled for --stall_timeout can look like from outside; the coordinator
+    # counts those apart, and any is an error here.
+    stalled=$(curl -s "http://127.0.0.1:$http/metrics" |
+      sed -n 's/^fedlearn_downloads_cut_off_total{reason="stalled"} //p')
     stop_coordinator
     tcp_report "$tcp_before" "$(tcp_counters)"
+    echo "downloads cut off as stalled (the coordinator's /metrics): ${stalled:-unknown}"
     result=$(grep '^swarm_result' "$out" || true)
     get() { echo "$result" | grep -o "$1=[^ ]*" | cut -d= -f2; }
-    if [ "$status" != 0 ] || [ "$(get errors)" != 0 ]; then held=0; fi
+    if [ "$status" != 0 ] || [ "$(get errors)" != 0 ] || [ "${stalled:-1}" != 0 ]; then
+      held=0
+    fi
     if [ "$model" = "$first_model" ]; then rss=$(get rss_per_client_kb); fi
     if [ "$n" = 10000 ] && [ "$model" = mlp_2nn ]; then overhead_1000=$(get round_overhead_s); fi
   done

@@ -236,18 +236,14 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   std::unique_ptr<grpc::ServerCompletionQueue> status_queue =
       builder.AddCompletionQueue();
   server->server_ = builder.BuildAndStart();
-  if (server->server_ == nullptr || server->port_ == 0) {
-    // A queue is shut down and drained before it is destroyed.
-    status_queue->Shutdown();
-    void* tag;
-    bool ok;
-    while (status_queue->Next(&tag, &ok)) {
-    }
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", address));
-  }
+  // Made either way: the queue is shut down and drained by it (Shutdown, or
+  // its destructor when no server was built).
   server->status_ = std::make_unique<StatusQueue>(server->service_.get(),
                                                   server->controller_.get(),
                                                   std::move(status_queue));
+  if (server->server_ == nullptr || server->port_ == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", address));
+  }
   server->status_->Start();
   server->server_->GetHealthCheckService()->SetServingStatus(kServiceName,
                                                              true);

@@ -89,13 +89,15 @@ class CoordinatorService::TaskWriter final
                        "stream closed by the client"));
       return;
     }
-    if (retired_.load(std::memory_order_relaxed)) {
-      service_->Unwatch(this);
-      service_->downloads_moved_on_.fetch_add(1, std::memory_order_relaxed);
-      End(Retired());
-      return;
-    }
     if (encoded_ != nullptr && next_chunk_ < encoded_->chunks.size()) {
+      if (retired_.load(std::memory_order_relaxed)) {
+        // Counted here unless the watchdog cut it off, and counted it, first.
+        if (service_->Unwatch(this)) {
+          service_->downloads_moved_on_.fetch_add(1, std::memory_order_relaxed);
+        }
+        End(Retired());
+        return;
+      }
       service_->Watch(this, absl::Now());
       // A reference to the version's serialized chunk, not a copy.
       const std::vector<grpc::Slice>& chunk = encoded_->chunks[next_chunk_++];
@@ -547,9 +549,9 @@ void CoordinatorService::Watch(TaskWriter* writer, absl::Time now) {
   downloads_[writer].progress = now;
 }
 
-void CoordinatorService::Unwatch(TaskWriter* writer) {
+bool CoordinatorService::Unwatch(TaskWriter* writer) {
   absl::MutexLock lock(&downloads_mu_);
-  downloads_.erase(writer);
+  return downloads_.erase(writer) > 0;
 }
 
 void CoordinatorService::WatchdogLoop() {

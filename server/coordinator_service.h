@@ -93,7 +93,8 @@ class CoordinatorService final
     absl::Time retired_seen = absl::InfiniteFuture();
   };
   void Watch(TaskWriter* writer, absl::Time now);
-  void Unwatch(TaskWriter* writer);
+  // False when it was not watched (the watchdog cut it off first).
+  bool Unwatch(TaskWriter* writer);
   // Every 100 ms: takes staging buffers back from stalled or trickling
   // uploads (StagingPool::Reclaim), and cuts off downloads that moved nothing
   // for --stall_timeout, or were retired and did not reach their next chunk

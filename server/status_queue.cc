@@ -32,13 +32,20 @@ void StatusQueue::Start() {
 }
 
 void StatusQueue::Stop() {
-  if (!thread_.joinable()) return;
   {
     absl::MutexLock lock(&mu_);
+    if (stopped_) return;
     stopped_ = true;
   }
   queue_->Shutdown();
-  thread_.join();
+  if (thread_.joinable()) {
+    thread_.join();
+    return;
+  }
+  // Never started: drained here, as gRPC wants of a queue it destroys.
+  void* tag;
+  bool ok;
+  while (queue_->Next(&tag, &ok)) delete static_cast<Call*>(tag);
 }
 
 void StatusQueue::Request() {
@@ -63,15 +70,26 @@ void StatusQueue::Run() {
     }
     Request();  // the next caller's, before this one is answered
     call->answered = true;
-    absl::StatusOr<StatusQuery> query = ParseStatusRequest(call->request);
-    if (!query.ok()) {
-      call->writer.FinishWithError(ToGrpcStatus(query.status()), call);
-      continue;
+    grpc::Status status;
+    v1::GetStatusResponse response;
+    if (absl::StatusOr<StatusQuery> query = ParseStatusRequest(call->request);
+        query.ok()) {
+      response = controller_->GetStatus(query->page, nullptr, query->history,
+                                        query->client_ids);
+    } else {
+      status = ToGrpcStatus(query.status());
     }
-    call->writer.Finish(
-        controller_->GetStatus(query->page, nullptr, query->history,
-                               query->client_ids),
-        grpc::Status::OK, call);
+    // An answer starts an operation on the queue, which must not be shut
+    // down by then: once Stop began, the call is let go of unanswered (gRPC
+    // cancels it; the server has shut down anyway).
+    absl::MutexLock lock(&mu_);
+    if (stopped_) {
+      delete call;
+    } else if (status.ok()) {
+      call->writer.Finish(response, status, call);
+    } else {
+      call->writer.FinishWithError(status, call);
+    }
   }
 }
 

@@ -41,21 +41,23 @@ class StatusQueue {
 
   // Requests the first calls and starts the thread; once the server started.
   void Start();
-  // Shuts the queue down and joins the thread; once the server shut down
-  // (which fails the calls still requested). Idempotent.
+  // Shuts the queue down and drains it (joining the thread, if started);
+  // once the server shut down, which fails the calls still requested, or
+  // was never built. A call being answered meanwhile is let go of unanswered.
+  // Idempotent.
   void Stop();
 
  private:
   struct Call;
   // Requests one more call, unless stopped: gRPC must not be asked for a call
-  // on a queue that is shut down.
+  // or an answer on a queue that is shut down.
   void Request();
   void Run();
 
   CoordinatorService* const service_;
   const RunController* const controller_;
   const std::unique_ptr<grpc::ServerCompletionQueue> queue_;
-  absl::Mutex mu_;  // orders Request against Stop; nothing else
+  absl::Mutex mu_;  // orders requests and answers against Stop; nothing else
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
