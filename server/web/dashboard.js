@@ -1,6 +1,7 @@
 // fedlearn coordinator dashboard.
 //
-// Polls /api/status (1 s) and /api/parameters (3 s) and updates the page in place. Every
+// Polls /api/status (1 s), /api/parameters (3 s) and /metrics (2 s, for the transfers
+// cards) and updates the page in place. Every
 // string from the server reaches the DOM through textContent or an attribute, never as
 // markup. Plots are inline SVG drawn by drawLinePlot / drawBarChart below.
 //
@@ -11,12 +12,15 @@
 //   svg#plot-loss, #plot-accuracy, #plot-durations, #plot-bytes, #plot-norms, #plot-epsilon: one
 //     <polyline data-series=NAME data-points=N> per series, N = values drawn.
 //   <body data-status-round=R data-updated=1> after the first successful render.
+//   #downloads #receive-buffers ("IN_USE / ALL") #downloads-cut-off #uploads-cut-off
+//     textContent is the plain value from /metrics; <body data-metrics-updated=1> once shown.
 //   table#clients: <tr data-client-id=ID> per client; table#tensors: <tr data-tensor=NAME>.
 'use strict';
 
 (function () {
   const STATUS_PERIOD_MS = 1000;
   const PARAMS_PERIOD_MS = 3000;
+  const METRICS_PERIOD_MS = 2000;
   const FETCH_TIMEOUT_MS = 5000;
   const SVG_NS = 'http://www.w3.org/2000/svg';
   const PHASES = ['UNSPECIFIED', 'WAITING_FOR_CLIENTS', 'TRAINING', 'EVALUATING', 'DONE'];
@@ -827,7 +831,7 @@
   // ---------------------------------------------------------------------------------
   // Polling.
 
-  const errors = {status: null, parameters: null};
+  const errors = {status: null, parameters: null, metrics: null};
   let lastStatus = null;
 
   function renderConnection() {
@@ -836,21 +840,24 @@
     if (failing.length) {
       conn.className = 'conn conn-bad';
       setNodeText(conn, 'disconnected — retrying');
-      conn.title = failing.map(k => '/api/' + k + ': ' + errors[k]).join('\n');
+      conn.title = failing.map(k => (k === 'metrics' ? '/' : '/api/') + k + ': ' + errors[k])
+          .join('\n');
     } else if (lastStatus) {
       conn.className = 'conn conn-ok';
       setNodeText(conn, 'live');
-      conn.title = 'polling /api/status every 1 s and /api/parameters every 3 s';
+      conn.title =
+          'polling /api/status every 1 s, /api/parameters every 3 s and /metrics every 2 s';
     }
   }
 
-  async function fetchJson(url) {
+  // The document at `url`: parsed as JSON, or with `parse` from its text.
+  async function fetchDoc(url, parse) {
     const ctl = new AbortController();
     const timer = setTimeout(() => ctl.abort(), FETCH_TIMEOUT_MS);
     try {
       const resp = await fetch(url, {cache: 'no-store', signal: ctl.signal});
       if (!resp.ok) throw new Error('HTTP ' + resp.status);
-      return await resp.json();
+      return parse ? parse(await resp.text()) : await resp.json();
     } finally {
       clearTimeout(timer);
     }
@@ -858,12 +865,12 @@
 
   // Fetches `url` every `period` ms (measured from the start of each fetch, never two at
   // once) and hands each document to `render`.
-  function poll(key, url, period, render) {
+  function poll(key, url, period, render, parse) {
     const tick = async () => {
       const started = Date.now();
       let data = null;
       try {
-        data = await fetchJson(typeof url === 'function' ? url() : url);
+        data = await fetchDoc(typeof url === 'function' ? url() : url, parse);
         errors[key] = null;
       } catch (e) {
         errors[key] = e && e.name === 'AbortError' ? 'timed out' : String(e && e.message || e);
@@ -879,6 +886,37 @@
       setTimeout(tick, Math.max(50, period - (Date.now() - started)));
     };
     tick();
+  }
+
+  // Prometheus' text exposition as {sample name with its labels: value}.
+  function parseMetrics(text) {
+    const samples = {};
+    for (const line of text.split('\n')) {
+      if (!line || line[0] === '#') continue;
+      const space = line.lastIndexOf(' ');
+      samples[line.slice(0, space)] = Number(line.slice(space + 1));
+    }
+    return samples;
+  }
+
+  // The transfers cards: what downloads and uploads hold now, and what was cut off.
+  function renderTransfers(m) {
+    const get = name => m[name] || 0;
+    setText('downloads', fmtInt(get('fedlearn_downloads')));
+    const versions = get('fedlearn_download_versions');
+    setText('downloads-sub', 'holding ' + fmtInt(versions) + ' model version' +
+        (versions === 1 ? '' : 's') + ' · ' + fmtBytes(get('fedlearn_download_version_bytes')));
+    setText('receive-buffers', fmtInt(get('fedlearn_receive_buffers_in_use')) + ' / ' +
+        fmtInt(get('fedlearn_receive_buffers')));
+    setText('receive-buffers-sub', fmtInt(get('fedlearn_uploads_waiting')) + ' uploads waiting');
+    const stalled = get('fedlearn_downloads_cut_off_total{reason="stalled"}');
+    const movedOn = get('fedlearn_downloads_cut_off_total{reason="moved_on"}');
+    setText('downloads-cut-off', fmtInt(stalled + movedOn));
+    setText('downloads-cut-off-sub', fmtInt(stalled) + ' stalled · ' + fmtInt(movedOn) +
+        ' after the run moved on');
+    setText('uploads-cut-off', fmtInt(get('fedlearn_updates_rejected_total{reason="too_slow"}')));
+    setText('uploads-cut-off-sub', 'stalled or too slow while others waited');
+    document.body.dataset.metricsUpdated = '1';
   }
 
   // Which page of the client list the status polls ask for (GetStatusRequest's
@@ -907,6 +945,7 @@
     poll('parameters', 'api/parameters', PARAMS_PERIOD_MS, p => {
       renderParameters(p);
     });
+    poll('metrics', 'metrics', METRICS_PERIOD_MS, renderTransfers, parseMetrics);
     let resizeTimer = null;
     window.addEventListener('resize', () => {
       clearTimeout(resizeTimer);

@@ -33,9 +33,10 @@ dump_dom() {
 }
 
 # check_dom DOM STATUS_BEFORE STATUS_AFTER MODE: compares the rendered page with the
-# /api/status fetched just before and just after it was rendered.
+# /api/status fetched just before and just after it was rendered, and its transfers cards
+# with $WORK/metrics.txt, /metrics fetched just after.
 check_dom() {
-  "$python" - "$@" "$MODE" <<'PY'
+  "$python" - "$@" "$MODE" "$WORK/metrics.txt" <<'PY'
 import json, sys
 from html.parser import HTMLParser
 
@@ -84,6 +85,30 @@ def expect(ok, what):
 body = page.attrs.get("body", {})
 expect(body.get("data-updated") == "1", f"page never rendered a status: body {body}")
 text = {k: v.strip() for k, v in page.text.items()}
+
+# The transfers cards show /metrics (fetched just after the page was rendered): the
+# receive buffers always, and at DONE, when nothing moves, every figure.
+expect(body.get("data-metrics-updated") == "1", f"page never rendered /metrics: body {body}")
+metrics = {}
+for line in open(sys.argv[6] if len(sys.argv) > 6 else "/dev/null"):
+    if line.strip() and not line.startswith("#"):
+        name, _, value = line.rstrip("\n").rpartition(" ")
+        metrics[name] = value
+fmt = lambda name: f"{int(float(metrics.get(name, 'nan'))):,}" if name in metrics else "missing"
+expect(text.get("receive-buffers", "").endswith(" / " + fmt("fedlearn_receive_buffers")),
+       f"receive buffers {text.get('receive-buffers')} vs {fmt('fedlearn_receive_buffers')}")
+if mode == "done":
+    expect(text.get("downloads") == fmt("fedlearn_downloads"),
+           f"downloads {text.get('downloads')} vs {fmt('fedlearn_downloads')}")
+    expect(text.get("receive-buffers") == fmt("fedlearn_receive_buffers_in_use") + " / " +
+           fmt("fedlearn_receive_buffers"), f"receive buffers {text.get('receive-buffers')}")
+    cut = sum(int(float(metrics.get(f'fedlearn_downloads_cut_off_total{{reason="{r}"}}', 0)))
+              for r in ("stalled", "moved_on"))
+    expect(text.get("downloads-cut-off") == f"{cut:,}",
+           f"downloads cut off {text.get('downloads-cut-off')} vs {cut}")
+    too_slow = 'fedlearn_updates_rejected_total{reason="too_slow"}'
+    expect(text.get("uploads-cut-off") == fmt(too_slow),
+           f"uploads cut off {text.get('uploads-cut-off')} vs {fmt(too_slow)}")
 num = lambda v: int(v) if v is not None else 0
 closed = lambda s: [r for r in s.get("history", []) if not r.get("evaluation") and r.get("outcome") != "abandoned"]
 
@@ -168,6 +193,7 @@ await_status 'len(s["history"]) >= 1 and s["phase"] == "PHASE_TRAINING"' 120
 curl -sf "http://127.0.0.1:$HTTP_PORT/api/status" >"$WORK/before.json"
 dump_dom "$WORK/mid.html"
 curl -sf "http://127.0.0.1:$HTTP_PORT/api/status" >"$WORK/after.json"
+curl -sf "http://127.0.0.1:$HTTP_PORT/metrics" >"$WORK/metrics.txt"
 check_dom "$WORK/mid.html" "$WORK/before.json" "$WORK/after.json" running || exit 1
 
 # At DONE (the coordinator keeps serving): exact agreement, and the screenshot.
@@ -175,6 +201,7 @@ await_status 's["phase"] == "PHASE_DONE"' 180
 curl -sf "http://127.0.0.1:$HTTP_PORT/api/status" >"$WORK/before.json"
 dump_dom "$WORK/done.html" "$SCREENSHOT"
 curl -sf "http://127.0.0.1:$HTTP_PORT/api/status" >"$WORK/after.json"
+curl -sf "http://127.0.0.1:$HTTP_PORT/metrics" >"$WORK/metrics.txt"
 check_dom "$WORK/done.html" "$WORK/before.json" "$WORK/after.json" done || exit 1
 [ -s "$SCREENSHOT" ] || fail "no screenshot at $SCREENSHOT"
 echo "screenshot: $SCREENSHOT"
