@@ -56,8 +56,8 @@ class Cohort {
   // "all" or "quorum" when the answers close the attempt; empty otherwise.
   absl::string_view Outcome() const;
 
-  // Pushes in flight for this attempt, and its TRAIN downloads, cut off when
-  // it closes.
+  // Pushes in flight for this attempt, and its TRAIN or EVALUATE downloads,
+  // cut off when it closes.
   void Track(std::shared_ptr<CancelHandle> handle);
   std::vector<std::shared_ptr<CancelHandle>> TakeInFlight();
 

@@ -68,10 +68,19 @@ absl::StatusOr<absl::string_view> EvaluationPhase::Report(
   return cohort_->Outcome();
 }
 
+void EvaluationPhase::NoteSent(const Task& task, int64_t bytes) {
+  if (cohort_ == nullptr) return;
+  cohort_->AddBytesSent(bytes);
+  if (task.retire != nullptr && task.round == cohort_->round()) {
+    cohort_->Track(task.retire);
+  }
+}
+
 EvaluationPhase::Closed EvaluationPhase::Close(absl::string_view outcome,
                                                absl::Time now) {
   std::unique_ptr<Cohort> cohort = std::move(cohort_);
   Closed closed;
+  closed.cancel = cohort->TakeInFlight();
   closed.record = cohort->Record(
       outcome, now,
       static_cast<int>(cohort->selected().size()) - cohort->answered());

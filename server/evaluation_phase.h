@@ -45,6 +45,9 @@ class EvaluationPhase {
   struct Closed {
     v1::RoundRecord record;
     std::optional<v1::EvaluationResult> result;  // none when abandoned
+    // The attempt's EVALUATE downloads still running: cut off, as their
+    // reports could no longer count.
+    std::vector<std::shared_ptr<CancelHandle>> cancel;
   };
   // Closes the open attempt with `outcome` ("all", "quorum", "abandoned").
   Closed Close(absl::string_view outcome, absl::Time now);
@@ -56,9 +59,9 @@ class EvaluationPhase {
   std::optional<Task> Replace(const std::string& gone,
                               const std::string& successor);
 
-  void NoteSent(int64_t bytes) {
-    if (cohort_ != nullptr) cohort_->AddBytesSent(bytes);
-  }
+  // `task`, an EVALUATE task, was sent with `bytes` of weights; its
+  // download (Task::retire) ends when the attempt closes.
+  void NoteSent(const Task& task, int64_t bytes);
   const Cohort* cohort() const { return cohort_.get(); }
 
  private:

@@ -287,7 +287,9 @@ absl::Status RunController::CheckRunningLocked() const {
 }
 
 void RunController::NoteSentLocked(const std::string& client_id, Task* sent) {
-  if (sent->type == v1::TASK_TYPE_TRAIN && sent->weights != nullptr) {
+  if ((sent->type == v1::TASK_TYPE_TRAIN ||
+       sent->type == v1::TASK_TYPE_EVALUATE) &&
+      sent->weights != nullptr) {
     sent->retire = std::make_shared<CancelHandle>();
   }
   const Task& task = *sent;
@@ -299,7 +301,7 @@ void RunController::NoteSentLocked(const std::string& client_id, Task* sent) {
   const int64_t bytes = WeightBytes(task);
   history_.AddBytesSent(bytes);
   if (task.type == v1::TASK_TYPE_EVALUATE) {
-    evaluation_.NoteSent(bytes);
+    evaluation_.NoteSent(task, bytes);
   } else {
     scheduler_->NoteSent(client_id, task, bytes);
   }
@@ -723,6 +725,7 @@ void RunController::StopTrainingLocked(const std::string& reason,
 void RunController::CloseEvaluationLocked(absl::string_view outcome,
                                           absl::Time now, Effects* effects) {
   EvaluationPhase::Closed closed = evaluation_.Close(outcome, now);
+  for (auto& handle : closed.cancel) effects->cancels.push_back(handle);
   *closed.record.mutable_rejected() = history_.attempt_rejections();
   board_.RetractAll();
   if (!closed.result.has_value()) {

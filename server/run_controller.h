@@ -230,7 +230,8 @@ class RunController {
   int64_t RoundLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckRunningLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Notes what a client is about to be sent (bytes, a DONE), and gives a
-  // TRAIN task its retire handle (Task::retire), tracked by the scheduler.
+  // TRAIN or EVALUATE task its retire handle (Task::retire), tracked by the
+  // scheduler or the evaluation phase.
   void NoteSentLocked(const std::string& client_id, Task* sent)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Takes answers of held polls into `effects`, noting what each was sent.

@@ -35,11 +35,11 @@ struct Task {
   absl::Duration retry_after = absl::ZeroDuration();
   Weights weights;                               // TRAIN and EVALUATE only
   std::shared_ptr<const v1::TrainingPlan> plan;  // TRAIN only
-  // TRAIN, once handed to a client: cancelled when the run can no longer use
-  // what the client would train (its round closed, training stopped, or in
-  // async mode its version fell behind --max_staleness or out of
-  // --download_versions), so that the download ends at its next chunk and
-  // lets go of its weights.
+  // TRAIN and EVALUATE, once handed to a client: cancelled when the run can
+  // no longer use what the client would train or report (its round or
+  // evaluation attempt closed, training stopped, or in async mode its version
+  // fell behind --max_staleness or out of --download_versions), so that the
+  // download ends at its next chunk and lets go of its weights.
   std::shared_ptr<CancelHandle> retire;
 };
 

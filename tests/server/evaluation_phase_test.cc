@@ -86,5 +86,27 @@ TEST(EvaluationPhaseTest, AnAbandonedAttemptHasNoResultAndTheNextIsCounted) {
   EXPECT_EQ(phase.cohort()->number(), 2);
 }
 
+// A closed attempt cuts off the EVALUATE downloads still running, as their
+// reports could no longer count; a task of another round is not its own.
+TEST(EvaluationPhaseTest, AClosedAttemptCutsOffItsDownloads) {
+  EvaluationPhase phase(0.3, absl::Seconds(30));
+  auto posts = phase.Open(3, {"a", "b", "c"}, nullptr, t0);
+  ASSERT_EQ(posts.size(), 3u);
+  Task evaluate = posts[0].second;
+  evaluate.retire = std::make_shared<CancelHandle>();
+  phase.NoteSent(evaluate, 400);
+  Task other = posts[1].second;
+  other.round = 2;
+  other.retire = std::make_shared<CancelHandle>();
+  phase.NoteSent(other, 400);
+  for (const char* id : {"a", "b", "c"}) {
+    ASSERT_TRUE(phase.Report(Report(id, 3, 0.1, 0.9, 10)).ok());
+  }
+  EvaluationPhase::Closed closed = phase.Close("all", t0 + absl::Seconds(1));
+  ASSERT_EQ(closed.cancel.size(), 1u);
+  EXPECT_EQ(closed.cancel[0], evaluate.retire);
+  EXPECT_EQ(closed.record.bytes_sent(), 800);
+}
+
 }  // namespace
 }  // namespace fedlearn

@@ -106,6 +106,7 @@ class SlowClientsTest : public ::testing::Test {
     absl::Time ended;
     int chunks = 0;     // weights chunks read
     int64_t round = 0;  // the task's
+    v1::TaskType type = v1::TASK_TYPE_UNSPECIFIED;
   };
   // Polls for `client` on `stub` and reads what comes one message every
   // `pause` until the coordinator ends the stream; notifies `has_task` once
@@ -124,6 +125,7 @@ class SlowClientsTest : public ::testing::Test {
     while (reader->Read(&message)) {
       if (message.has_task()) {
         read.round = message.task().round();
+        read.type = message.task().type();
         if (has_task != nullptr) has_task->Notify();
       }
       if (message.has_chunk()) ++read.chunks;
@@ -359,6 +361,51 @@ TEST_F(SlowClientsTest, ADownloadOfAClosedRoundEndsSoonAfter) {
   EXPECT_EQ(held.downloads_stalled, 0);
   EXPECT_EQ(held.downloads, 0);
   EXPECT_EQ(held.download_versions, 0);
+}
+
+TEST_F(SlowClientsTest, AnEvaluationDownloadEndsSoonAfterTheEvaluationCloses) {
+  CoordinatorOptions o = SmallRun();
+  o.model = "mnist_cnn";
+  o.stall_timeout = absl::Seconds(60);
+  Start(o, /*max_rounds=*/1);
+  // Round 1 closes at quorum with seven updates, and training stops there.
+  for (int i = 1; i <= 7; ++i) {
+    CoordinatorClient& c = *clients_[i];
+    ASSERT_EQ(NextTask(c).task.type(), v1::TASK_TYPE_TRAIN);
+    const std::vector<float> delta(c.spec().num_parameters, 0.5f);
+    EXPECT_TRUE(c.PushUpdate(Header(1, 100, 1.0), delta).ok());
+  }
+  ASSERT_TRUE(server_->controller().AwaitHistory(1, testing::kWait));
+  ASSERT_EQ(server_->controller().GetStatus().phase(), v1::PHASE_EVALUATING);
+  // Client 0 reads its EVALUATE weights a chunk every 200 ms.
+  auto slow_stub = SlowReaderStub();
+  SlowRead slow;
+  absl::Notification has_task;
+  std::thread slow_thread([&] {
+    slow = ReadSlowly(*slow_stub, *clients_[0], absl::Milliseconds(200),
+                      &has_task);
+  });
+  ASSERT_TRUE(has_task.WaitForNotificationWithTimeout(testing::kWait));
+  // The others report until the evaluation closes at quorum.
+  for (int i = 1; i < kSelected && server_->controller().GetStatus().phase() ==
+                                       v1::PHASE_EVALUATING;
+       ++i) {
+    testing::Evaluate(*clients_[i], 0.5, 0.9, 100);
+  }
+  ASSERT_TRUE(server_->controller().AwaitHistory(2, testing::kWait));
+  const absl::Time closed = absl::Now();
+  EXPECT_EQ(server_->controller().GetStatus().phase(), v1::PHASE_DONE);
+  slow_thread.join();
+  // Its report could no longer count: the download ended soon after, long
+  // before the weights were all sent (80 chunks, 16 s).
+  EXPECT_EQ(slow.type, v1::TASK_TYPE_EVALUATE);
+  EXPECT_EQ(slow.status.error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_THAT(slow.status.error_message(),
+              AnyOf(HasSubstr("moved on before its weights were all sent"),
+                    HasSubstr("Cancelled on the server side")));
+  EXPECT_LT(slow.chunks, 80);
+  EXPECT_LT(slow.ended - closed, absl::Seconds(10));
+  EXPECT_EQ(server_->service().transfers().downloads_moved_on, 1);
 }
 
 TEST_F(SlowClientsTest, AStalledDownloadIsCutOffAndCounted) {
