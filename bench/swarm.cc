@@ -713,15 +713,19 @@ class PollCall final
       swarm_->PollAt(s_, absl::Now() + absl::Seconds(1));
       return;
     }
-    // Its round closed while the weights were on their way: the download
-    // ended at its next chunk saying so, or, its next chunk waiting for this
-    // client to read what was buffered, was cut off a second later (which
-    // only says CANCELLED; a later round's task was out by then). Poll again
-    // after the agent's first backoff.
-    const bool moved_on = IsRetired(status) ||
-                          (status.error_code() == grpc::StatusCode::CANCELLED &&
-                           have_task_ && task_.type() == v1::TASK_TYPE_TRAIN &&
-                           task_.round() < swarm_->latest_round.load());
+    // Its round or evaluation closed while the weights were on their way:
+    // the download ended at its next chunk saying so, or, its next chunk
+    // waiting for this client to read what was buffered, was cut off a
+    // second later, which only says CANCELLED (a TRAIN download's round is
+    // then behind the latest task's; an evaluation's report could no longer
+    // count). A stall cut-off says CANCELLED too: swarm.sh counts those from
+    // the coordinator's /metrics. Poll again after the agent's first backoff.
+    const bool cut_off = status.error_code() == grpc::StatusCode::CANCELLED &&
+                         have_task_ && task_.payload_bytes() > 0;
+    const bool moved_on =
+        IsRetired(status) ||
+        (cut_off && (task_.type() == v1::TASK_TYPE_EVALUATE ||
+                     task_.round() < swarm_->latest_round.load()));
     if (moved_on) {
       swarm_->Late("RequestUpdate", status);
       swarm_->PollAt(s_, absl::Now() + absl::Milliseconds(100));
