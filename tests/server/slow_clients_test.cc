@@ -136,6 +136,30 @@ class SlowClientsTest : public ::testing::Test {
     return read;
   }
 
+  // Clients 1 to 7 take round 1's TRAIN task and push 0.5 everywhere, which
+  // closes it at quorum; returns once it is in the history.
+  void CloseRoundOneWithSeven() {
+    for (int i = 1; i <= 7; ++i) {
+      CoordinatorClient& c = *clients_[i];
+      ASSERT_EQ(NextTask(c).task.type(), v1::TASK_TYPE_TRAIN);
+      const std::vector<float> delta(c.spec().num_parameters, 0.5f);
+      EXPECT_TRUE(c.PushUpdate(Header(1, 100, 1.0), delta).ok());
+    }
+    ASSERT_TRUE(server_->controller().AwaitHistory(1, testing::kWait));
+  }
+
+  // Client 0 polling on a connection of its own (SlowReaderStub) and reading
+  // what comes a message every 200 ms until the coordinator ends the stream:
+  // ReadSlowly on a thread; `read` holds how it went once that is joined.
+  std::thread ClientZeroReadsSlowly(SlowRead* read,
+                                    absl::Notification* has_task) {
+    slow_stub_ = SlowReaderStub();
+    return std::thread([this, read, has_task] {
+      *read = ReadSlowly(*slow_stub_, *clients_[0], absl::Milliseconds(200),
+                         has_task);
+    });
+  }
+
   // Pushes `client`'s update one message at a time, `pause` after each
   // chunk, but sends only the header and `max_chunks` chunks; then waits,
   // silent and without closing its side, for the coordinator to end the call.
@@ -163,6 +187,7 @@ class SlowClientsTest : public ::testing::Test {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Coordinator::Stub> stub_;
   std::vector<std::unique_ptr<CoordinatorClient>> clients_;
+  std::unique_ptr<v1::Coordinator::Stub> slow_stub_;  // ClientZeroReadsSlowly
 };
 
 TEST_F(SlowClientsTest, StalledAndTricklingUploadsDoNotHoldTheRound) {
@@ -316,13 +341,9 @@ TEST_F(SlowClientsTest, ADownloadOfAClosedRoundEndsSoonAfter) {
   Start(o);
   // Client 0 reads its TRAIN weights one chunk every 200 ms and goes on
   // reading until the coordinator ends the stream.
-  auto slow_stub = SlowReaderStub();
   SlowRead slow;
   absl::Notification has_task;
-  std::thread slow_thread([&] {
-    slow = ReadSlowly(*slow_stub, *clients_[0], absl::Milliseconds(200),
-                      &has_task);
-  });
+  std::thread slow_thread = ClientZeroReadsSlowly(&slow, &has_task);
   // /metrics shows what it holds: one download, of one model version.
   ASSERT_TRUE(has_task.WaitForNotificationWithTimeout(testing::kWait));
   TransferStats held = server_->service().transfers();
@@ -331,13 +352,7 @@ TEST_F(SlowClientsTest, ADownloadOfAClosedRoundEndsSoonAfter) {
   EXPECT_EQ(held.download_version_bytes,
             clients_[0]->spec().num_parameters * 4);
   // Seven others close round 1 at quorum; clients 8 and 9 stay silent.
-  for (int i = 1; i <= 7; ++i) {
-    CoordinatorClient& c = *clients_[i];
-    ASSERT_EQ(NextTask(c).task.type(), v1::TASK_TYPE_TRAIN);
-    const std::vector<float> delta(c.spec().num_parameters, 0.5f);
-    EXPECT_TRUE(c.PushUpdate(Header(1, 100, 1.0), delta).ok());
-  }
-  ASSERT_TRUE(server_->controller().AwaitHistory(1, testing::kWait));
+  CloseRoundOneWithSeven();
   const absl::Time closed = absl::Now();
   EXPECT_EQ(server_->controller().GetStatus().history(0).outcome(), "quorum");
   slow_thread.join();
@@ -369,22 +384,12 @@ TEST_F(SlowClientsTest, AnEvaluationDownloadEndsSoonAfterTheEvaluationCloses) {
   o.stall_timeout = absl::Seconds(60);
   Start(o, /*max_rounds=*/1);
   // Round 1 closes at quorum with seven updates, and training stops there.
-  for (int i = 1; i <= 7; ++i) {
-    CoordinatorClient& c = *clients_[i];
-    ASSERT_EQ(NextTask(c).task.type(), v1::TASK_TYPE_TRAIN);
-    const std::vector<float> delta(c.spec().num_parameters, 0.5f);
-    EXPECT_TRUE(c.PushUpdate(Header(1, 100, 1.0), delta).ok());
-  }
-  ASSERT_TRUE(server_->controller().AwaitHistory(1, testing::kWait));
+  CloseRoundOneWithSeven();
   ASSERT_EQ(server_->controller().GetStatus().phase(), v1::PHASE_EVALUATING);
   // Client 0 reads its EVALUATE weights a chunk every 200 ms.
-  auto slow_stub = SlowReaderStub();
   SlowRead slow;
   absl::Notification has_task;
-  std::thread slow_thread([&] {
-    slow = ReadSlowly(*slow_stub, *clients_[0], absl::Milliseconds(200),
-                      &has_task);
-  });
+  std::thread slow_thread = ClientZeroReadsSlowly(&slow, &has_task);
   ASSERT_TRUE(has_task.WaitForNotificationWithTimeout(testing::kWait));
   // The others report until the evaluation closes at quorum.
   for (int i = 1; i < kSelected && server_->controller().GetStatus().phase() ==
@@ -452,13 +457,9 @@ TEST_F(SlowClientsTest, AnAsyncDownloadTooStaleToCountEndsSoonAfter) {
   o.stall_timeout = absl::Seconds(60);
   Start(o, /*max_rounds=*/10);  // training goes on past the test
   // Client 0 takes round 1 (version 0) and reads it a chunk every 200 ms.
-  auto slow_stub = SlowReaderStub();
   SlowRead slow;
   absl::Notification has_task;
-  std::thread slow_thread([&] {
-    slow = ReadSlowly(*slow_stub, *clients_[0], absl::Milliseconds(200),
-                      &has_task);
-  });
+  std::thread slow_thread = ClientZeroReadsSlowly(&slow, &has_task);
   ASSERT_TRUE(has_task.WaitForNotificationWithTimeout(testing::kWait));
   // Two updates make versions 1 and 2. At version 1 an update for round 1
   // would be 1 stale and still taken; at version 2 it would not.
