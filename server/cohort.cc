@@ -55,6 +55,11 @@ void Cohort::Track(std::shared_ptr<CancelHandle> handle) {
   in_flight_.Track(std::move(handle));
 }
 
+void Cohort::NoteSent(const Task& task, int64_t bytes) {
+  bytes_sent_ += bytes;
+  if (task.retire != nullptr && task.round == round_) Track(task.retire);
+}
+
 std::vector<std::shared_ptr<CancelHandle>> Cohort::TakeInFlight() {
   return in_flight_.Take();
 }

@@ -61,7 +61,9 @@ class Cohort {
   void Track(std::shared_ptr<CancelHandle> handle);
   std::vector<std::shared_ptr<CancelHandle>> TakeInFlight();
 
-  void AddBytesSent(int64_t bytes) { bytes_sent_ += bytes; }
+  // `task` was sent with `bytes` of weights: counted, and a download of this
+  // attempt's round (Task::retire) tracked, to be cut off when it closes.
+  void NoteSent(const Task& task, int64_t bytes);
 
   // The attempt's record as of `now` with `outcome` ("open", "all",
   // "quorum", "abandoned"); `dropped` is the count of selected clients that

@@ -6,6 +6,7 @@
 #include <string>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/chunk_wire.h"
@@ -594,19 +595,18 @@ TransferStats CoordinatorService::transfers() const {
   TransferStats stats;
   {
     absl::MutexLock lock(&downloads_mu_);
-    absl::flat_hash_map<const EncodedWeights*, int64_t> versions;
+    absl::flat_hash_set<const EncodedWeights*> versions;
     for (const auto& [writer, download] : downloads_) {
       // Watched means not finished: the writer is alive while the lock is
       // held.
-      if (const EncodedWeights* e = writer->encoding(); e != nullptr) {
-        ++stats.downloads;
-        versions.emplace(
-            e, static_cast<int64_t>(e->weights->size() * sizeof(float)));
+      const EncodedWeights* e = writer->encoding();
+      if (e == nullptr) continue;
+      ++stats.downloads;
+      if (versions.insert(e).second) {
+        ++stats.download_versions;
+        stats.download_version_bytes +=
+            static_cast<int64_t>(e->weights->size() * sizeof(float));
       }
-    }
-    stats.download_versions = static_cast<int64_t>(versions.size());
-    for (const auto& [encoding, bytes] : versions) {
-      stats.download_version_bytes += bytes;
     }
   }
   stats.downloads_stalled = downloads_stalled_.load(std::memory_order_relaxed);

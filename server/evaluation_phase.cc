@@ -69,11 +69,7 @@ absl::StatusOr<absl::string_view> EvaluationPhase::Report(
 }
 
 void EvaluationPhase::NoteSent(const Task& task, int64_t bytes) {
-  if (cohort_ == nullptr) return;
-  cohort_->AddBytesSent(bytes);
-  if (task.retire != nullptr && task.round == cohort_->round()) {
-    cohort_->Track(task.retire);
-  }
+  if (cohort_ != nullptr) cohort_->NoteSent(task, bytes);
 }
 
 EvaluationPhase::Closed EvaluationPhase::Close(absl::string_view outcome,

@@ -287,11 +287,8 @@ absl::Status RunController::CheckRunningLocked() const {
 }
 
 void RunController::NoteSentLocked(const std::string& client_id, Task* sent) {
-  if ((sent->type == v1::TASK_TYPE_TRAIN ||
-       sent->type == v1::TASK_TYPE_EVALUATE) &&
-      sent->weights != nullptr) {
-    sent->retire = std::make_shared<CancelHandle>();
-  }
+  // Only TRAIN and EVALUATE tasks carry weights.
+  if (sent->weights != nullptr) sent->retire = std::make_shared<CancelHandle>();
   const Task& task = *sent;
   if (task.type == v1::TASK_TYPE_DONE) {
     if (absl::StatusOr<Client*> c = clients_.Get(client_id); c.ok()) {

@@ -152,12 +152,9 @@ std::optional<Task> SyncScheduler::Replace(const std::string& gone,
 
 void SyncScheduler::NoteSent(const std::string& /*client_id*/, const Task& task,
                              int64_t bytes) {
+  // Its download ends when the round closes, as its push would.
   if (cohort_ != nullptr && task.type == v1::TASK_TYPE_TRAIN) {
-    cohort_->AddBytesSent(bytes);
-    // Its download ends when the round closes, as its push would.
-    if (task.retire != nullptr && task.round == cohort_->round()) {
-      cohort_->Track(task.retire);
-    }
+    cohort_->NoteSent(task, bytes);
   }
 }
 

@@ -96,7 +96,7 @@ TEST(CohortTest, ASuccessorTakesAGoneClientsPlaceAndKeepsTheQuorum) {
 
 TEST(CohortTest, RecordListsClientsInOrderAndWeighsMetricsByExamples) {
   Cohort cohort = Ten();
-  cohort.AddBytesSent(1234);
+  cohort.NoteSent(Task(), 1234);
   cohort.Add("c5", Answer(100, 0.5, /*bytes=*/2000));
   cohort.Add("c2", Answer(300, 0.1, /*bytes=*/3000));
   const v1::RoundRecord record =
