@@ -82,7 +82,15 @@ absl::StatusOr<Ticket> AsyncScheduler::Admit(
 absl::StatusOr<Acceptance> AsyncScheduler::Accept(
     const Ticket& ticket, const v1::UpdateHeader& header, int64_t bytes,
     int64_t version, absl::Time /*now*/, Rejection* why) {
-  ClientRounds& rounds = clients_[ticket.client_id];
+  auto known = clients_.find(ticket.client_id);
+  if (known == clients_.end()) {
+    // Forgotten while it uploaded.
+    *why = Rejection::kStaleRound;
+    return absl::FailedPreconditionError(
+        absl::StrCat("client ", ticket.client_id, ": update for round ",
+                     ticket.round, " can no longer be applied"));
+  }
+  ClientRounds& rounds = known->second;
   if (!open_ || rounds.task != ticket.round || rounds.sent != ticket.step) {
     // Training stopped, or the client took a newer task (or a concurrent push
     // for the same task was accepted) while this one uploaded.
@@ -106,6 +114,7 @@ absl::StatusOr<Acceptance> AsyncScheduler::Accept(
   const int64_t staleness = Staleness(ticket.round, version);
   rounds.pushed = ticket.round;
   rounds.task = 0;
+  training_.erase(ticket.client_id);
   accepted_.push_back(ticket.client_id);
   metrics_.Add(AnswerMetrics::FromHeader(header, bytes));
   max_staleness_seen_ = std::max(max_staleness_seen_, staleness);
@@ -193,6 +202,7 @@ void AsyncScheduler::NoteSent(const std::string& client_id, const Task& task,
   ClientRounds& rounds = clients_[client_id];
   rounds.task = task.round;
   ++rounds.sent;
+  training_.insert(client_id);
   bytes_sent_ += bytes;
   if (task.retire == nullptr) return;
   if (options_.download_versions > 0 || options_.max_staleness > 0) {
@@ -227,12 +237,13 @@ bool AsyncScheduler::IsTraining(const std::string& client_id) const {
 }
 
 std::vector<std::string> AsyncScheduler::Training() const {
-  std::vector<std::string> training;
-  if (!open_) return training;
-  for (const auto& [id, client] : clients_) {
-    if (client.task != 0) training.push_back(id);
-  }
-  return training;
+  if (!open_) return {};
+  return {training_.begin(), training_.end()};
+}
+
+void AsyncScheduler::Forget(const std::string& client_id) {
+  clients_.erase(client_id);
+  training_.erase(client_id);
 }
 
 }  // namespace fedlearn

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "server/scheduler.h"
 #include "server/step_metrics.h"
 
@@ -25,11 +26,12 @@ namespace fedlearn {
 //
 // Convergence is judged on windows of as many updates as alive clients (at
 // least min_clients): a single update's loss is one client's data. The run is
-// saved once a window. Memory: two integers per client that was sent a task,
-// and the handles of pushes and downloads in flight. A download whose update
-// could no longer be applied (more than max_staleness behind), or whose
-// version is no longer among the newest download_versions, is cut off when
-// the version that makes it so is made.
+// saved once a window. Memory: three integers per client that was sent a task,
+// until the run forgets it (--forget_after), the ids of those whose task is
+// outstanding, and the handles of pushes and downloads in flight. A download
+// whose update could no longer be applied (more than max_staleness behind), or
+// whose version is no longer among the newest download_versions, is cut off
+// when the version that makes it so is made.
 class AsyncScheduler final : public Scheduler {
  public:
   struct Options {
@@ -77,6 +79,7 @@ class AsyncScheduler final : public Scheduler {
       const std::function<bool(const std::string&)>& is_gone) const override;
   bool IsTraining(const std::string& client_id) const override;
   std::vector<std::string> Training() const override;
+  void Forget(const std::string& client_id) override;
 
   // The factor an update `staleness` versions stale is applied with.
   double Scale(int64_t staleness) const;
@@ -105,6 +108,9 @@ class AsyncScheduler final : public Scheduler {
   bool open_ = false;
   bool started_ = false;
   absl::flat_hash_map<std::string, ClientRounds> clients_;
+  // Those whose task is outstanding (task != 0): what a status counts as
+  // training, without a pass over every client sent a task.
+  absl::flat_hash_set<std::string> training_;
   InFlightCalls in_flight_;
   // With a bound (download_versions, max_staleness): TRAIN downloads by task
   // round, older rounds cut off as each version is made, so at most as many

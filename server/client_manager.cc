@@ -198,9 +198,9 @@ std::vector<std::string> ClientManager::Sample(
   return candidates;
 }
 
-int ClientManager::Forget(absl::Time now) {
-  if (options_.forget_after == absl::InfiniteDuration()) return 0;
-  int forgotten = 0;
+std::vector<std::string> ClientManager::Forget(absl::Time now) {
+  std::vector<std::string> forgotten;
+  if (options_.forget_after == absl::InfiniteDuration()) return forgotten;
   while (!idle_all_.empty() &&
          now - idle_all_.begin()->first >= options_.forget_after) {
     auto it = clients_.find(idle_all_.begin()->second);
@@ -208,8 +208,8 @@ int ClientManager::Forget(absl::Time now) {
     Unindex(client);  // also from idle_all_
     by_id_.erase(client->id);
     by_token_.erase(client->token);
+    forgotten.push_back(std::move(client->id));
     clients_.erase(it);
-    ++forgotten;
   }
   return forgotten;
 }

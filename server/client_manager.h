@@ -159,9 +159,10 @@ class ClientManager {
 
   // Drops the clients last heard from `forget_after` or longer before `now`
   // and not holding a poll (gone or retired ones: forget_after is at least
-  // client_timeout), oldest first; returns how many. Amortised O(log n) per
+  // client_timeout), oldest first; returns their ids, for the parts that keep
+  // something about a client to let go of it too. Amortised O(log n) per
   // client dropped; a client is dropped once.
-  int Forget(absl::Time now);
+  std::vector<std::string> Forget(absl::Time now);
 
   // The clients remembered, by their index (join order).
   using ByIndex = absl::btree_map<size_t, std::unique_ptr<Client>>;

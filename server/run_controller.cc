@@ -878,9 +878,11 @@ absl::Time RunController::NextTimerLocked(absl::Time now) const {
 
 void RunController::RunTimersLocked(absl::Time now, Effects* effects) {
   AbsorbLocked(board_.Expire(now + kPollExpirySlack), now, effects);
-  if (const int forgotten = clients_.Forget(now); forgotten > 0) {
-    Logf("round %d: forgot %d client%s gone for %s or longer", RoundLocked(),
-         forgotten, forgotten == 1 ? "" : "s",
+  if (const std::vector<std::string> forgotten = clients_.Forget(now);
+      !forgotten.empty()) {
+    for (const std::string& id : forgotten) scheduler_->Forget(id);
+    Logf("round %d: forgot %zu client%s gone for %s or longer", RoundLocked(),
+         forgotten.size(), forgotten.size() == 1 ? "" : "s",
          absl::FormatDuration(options_.forget_after));
   }
   if (scheduler_->is_open() && now >= scheduler_->deadline()) {

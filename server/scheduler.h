@@ -144,6 +144,10 @@ class Scheduler {
   virtual bool IsTraining(const std::string& client_id) const = 0;
   virtual std::vector<std::string> Training() const = 0;
 
+  // The run no longer remembers `client_id` (ClientManager::Forget): what is
+  // kept about it goes, and a call under its id later is a stranger's.
+  virtual void Forget(const std::string& /*client_id*/) {}
+
   // A resumed run had already made `attempts` attempts at `round` (its
   // records say so): the next attempt at it is numbered after them.
   virtual void ResumeAttempts(int64_t /*round*/, int /*attempts*/) {}

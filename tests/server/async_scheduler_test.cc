@@ -14,6 +14,7 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::Optional;
+using ::testing::UnorderedElementsAre;
 
 const absl::Time t0 = absl::FromUnixSeconds(1'000'000);
 
@@ -196,6 +197,40 @@ TEST(AsyncSchedulerTest, RejectsRepeatedForeignAndTooStaleUpdates) {
   ASSERT_TRUE(admitted.ok());
   auto late = s.Accept(*admitted, Header("b", 1), 10, 3, t0, &why);
   EXPECT_EQ(late.status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(AsyncSchedulerTest, TrainingListsOutstandingTasksAndForgottenClientsGo) {
+  AsyncScheduler s(Buffered(1));
+  Opening o = s.Open({}, nullptr, nullptr, 0, t0);
+  Send(s, o, "a");
+  Send(s, o, "b");
+  Send(s, o, "c");
+  EXPECT_THAT(s.Training(), UnorderedElementsAre("a", "b", "c"));
+  Rejection why;
+  auto a = s.Admit(Header("a", 1), Handle(), 0, &why);
+  ASSERT_TRUE(a.ok());
+  ASSERT_TRUE(s.Accept(*a, Header("a", 1), 10, 0, t0, &why).ok());
+  EXPECT_THAT(s.Training(), UnorderedElementsAre("b", "c"));
+  EXPECT_FALSE(s.IsTraining("a"));
+
+  // b is forgotten while its push uploads: nothing of it is kept, the push
+  // cannot be applied, and its id is a stranger's from then on.
+  auto b = s.Admit(Header("b", 1), Handle(), 1, &why);
+  ASSERT_TRUE(b.ok());
+  s.Forget("b");
+  EXPECT_THAT(s.Training(), UnorderedElementsAre("c"));
+  EXPECT_FALSE(s.IsTraining("b"));
+  auto late = s.Accept(*b, Header("b", 1), 10, 1, t0, &why);
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(why, Rejection::kStaleRound);
+  EXPECT_THAT(s.Training(), UnorderedElementsAre("c"));  // nothing recreated
+  auto again = s.Admit(Header("b", 1), Handle(), 1, &why);
+  EXPECT_THAT(again.status().message(), HasSubstr("its task is for round 0"));
+  // a, forgotten after its update was in, may not repeat it either: a
+  // forgotten client's calls fail authorization before they get here.
+  s.Forget("a");
+  s.Forget("never-seen");  // nothing to drop
+  EXPECT_THAT(s.Training(), UnorderedElementsAre("c"));
 }
 
 TEST(AsyncSchedulerTest, StopCutsOffEveryPushInFlight) {
