@@ -87,7 +87,8 @@ class CoordinatorService::TaskWriter final
       // poll again and get the task again.
       service_->Unwatch(this);
       End(grpc::Status(grpc::StatusCode::CANCELLED,
-                       "stream closed by the client"));
+                       absl::StrCat("client ", client_id_,
+                                    ": stream closed by the client")));
       return;
     }
     if (encoded_ != nullptr && next_chunk_ < encoded_->chunks.size()) {
@@ -337,8 +338,9 @@ class CoordinatorService::UpdateReader final
   void OnBufferLocked(StagingPool::Buffer buffer)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     if (buffer == nullptr) {
-      FinishLocked(
-          absl::CancelledError("push cancelled while waiting to be received"));
+      FinishLocked(absl::CancelledError(
+          absl::StrCat("client ", header_->client_id(),
+                       ": push cancelled while waiting to be received")));
       return;
     }
     buffer_ = std::move(buffer);
@@ -414,9 +416,10 @@ class CoordinatorService::UpdateReader final
     if (context_->IsCancelled()) {
       if (!closed_by_round_.load())
         service_->controller_->RecordRejection(Rejection::kIncomplete);
-      FinishLocked(absl::CancelledError(
+      FinishLocked(absl::CancelledError(absl::StrCat(
+          "client ", header_->client_id(), ": ",
           closed_by_round_.load() ? "round closed before the update arrived"
-                                  : "push cancelled"));
+                                  : "push cancelled")));
       return;
     }
     if (absl::Status s = assembler_->Finish(); !s.ok()) {

@@ -272,18 +272,20 @@ void RunController::Shutdown() {
     if (shutting_down_) return;
     shutting_down_ = true;
     timer_dirty_ = true;
-    effects.deliveries =
-        board_.CloseAll(absl::UnavailableError("coordinator is shutting down"));
+    effects.deliveries = board_.CloseAll(CheckRunningLocked(""));
     effects.cancels = scheduler_->Stop();
   }
   effects.Run();
 }
 
-absl::Status RunController::CheckRunningLocked() const {
-  if (shutting_down_) {
+absl::Status RunController::CheckRunningLocked(
+    absl::string_view client_id) const {
+  if (!shutting_down_) return absl::OkStatus();
+  if (client_id.empty()) {
     return absl::UnavailableError("coordinator is shutting down");
   }
-  return absl::OkStatus();
+  return absl::UnavailableError(
+      absl::StrCat("client ", client_id, ": coordinator is shutting down"));
 }
 
 void RunController::NoteSentLocked(const std::string& client_id, Task* sent) {
@@ -342,7 +344,7 @@ absl::StatusOr<v1::JoinResponse> RunController::Join(
   Effects effects;
   {
     absl::MutexLock lock(&mu_);
-    if (absl::Status s = CheckRunningLocked(); !s.ok()) return s;
+    if (absl::Status s = CheckRunningLocked(""); !s.ok()) return s;
     const absl::Time now = absl::Now();
     absl::StatusOr<const Client*> client =
         clients_.Register(request.display_name(), now,
@@ -393,7 +395,7 @@ absl::StatusOr<v1::JoinResponse> RunController::Join(
 absl::Status RunController::Authorize(absl::string_view client_id,
                                       absl::string_view token) {
   absl::MutexLock lock(&mu_);
-  if (absl::Status s = CheckRunningLocked(); !s.ok()) return s;
+  if (absl::Status s = CheckRunningLocked(client_id); !s.ok()) return s;
   return clients_.Authorize(client_id, token, absl::Now());
 }
 
@@ -414,7 +416,7 @@ uint64_t RunController::Poll(absl::string_view client_id,
   {
     absl::MutexLock lock(&mu_);
     absl::StatusOr<Client*> client = clients_.Get(client_id);
-    if (absl::Status s = CheckRunningLocked(); !s.ok()) {
+    if (absl::Status s = CheckRunningLocked(client_id); !s.ok()) {
       answer = s;
     } else if (!client.ok()) {
       answer = client.status();
@@ -533,7 +535,8 @@ absl::StatusOr<Ticket> RunController::AdmitUpdate(
     const v1::UpdateHeader& header, std::function<void()> cancel) {
   const absl::Status checked = CheckUpdateHeader(header);
   absl::MutexLock lock(&mu_);
-  if (absl::Status s = CheckRunningLocked(); !s.ok()) return s;
+  if (absl::Status s = CheckRunningLocked(header.client_id()); !s.ok())
+    return s;
   if (phase_ != v1::PHASE_TRAINING || !scheduler_->is_open()) {
     history_.Reject(Rejection::kStaleRound);
     return absl::FailedPreconditionError(absl::StrCat(
@@ -578,7 +581,8 @@ absl::StatusOr<v1::PushGradientResponse> RunController::CommitUpdate(
   v1::PushGradientResponse response;
   {
     absl::MutexLock lock(&mu_);
-    if (absl::Status s = CheckRunningLocked(); !s.ok()) return s;
+    if (absl::Status s = CheckRunningLocked(ticket.client_id); !s.ok())
+      return s;
     const absl::Time now = absl::Now();
     Rejection why = Rejection::kInvalid;
     absl::StatusOr<Acceptance> accepted =
@@ -761,7 +765,8 @@ absl::Status RunController::ReportEval(const v1::ReportEvalRequest& request) {
   Effects effects;
   {
     absl::MutexLock lock(&mu_);
-    if (absl::Status s = CheckRunningLocked(); !s.ok()) return s;
+    if (absl::Status s = CheckRunningLocked(request.client_id()); !s.ok())
+      return s;
     if (phase_ != v1::PHASE_EVALUATING || !evaluation_.is_open()) {
       return absl::FailedPreconditionError(absl::StrCat(
           "client ", request.client_id(), ": no evaluation is open (phase ",
@@ -790,7 +795,8 @@ absl::Status RunController::ReportEval(const v1::ReportEvalRequest& request) {
 absl::StatusOr<v1::HeartbeatResponse> RunController::Heartbeat(
     const v1::HeartbeatRequest& request) {
   absl::MutexLock lock(&mu_);
-  if (absl::Status s = CheckRunningLocked(); !s.ok()) return s;
+  if (absl::Status s = CheckRunningLocked(request.client_id()); !s.ok())
+    return s;
   absl::StatusOr<Client*> client = clients_.Get(request.client_id());
   if (!client.ok()) return client.status();
   if (request.batches_done() < 0 || request.batches_total() < 0) {

@@ -228,7 +228,10 @@ class RunController {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The round being (or to be) trained; once training stopped, the last one.
   int64_t RoundLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status CheckRunningLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // UNAVAILABLE once shutting down, naming `client_id` (the caller's; empty
+  // for a caller not known yet).
+  absl::Status CheckRunningLocked(absl::string_view client_id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Notes what a client is about to be sent (bytes, a DONE), and gives a
   // TRAIN or EVALUATE task its retire handle (Task::retire), tracked by the
   // scheduler or the evaluation phase.

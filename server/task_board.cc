@@ -1,6 +1,9 @@
 #include "server/task_board.h"
 
 #include <algorithm>
+#include <string>
+
+#include "absl/strings/str_cat.h"
 
 namespace fedlearn {
 
@@ -83,7 +86,8 @@ TaskBoard::PollResult TaskBoard::Poll(const std::string& client_id,
 std::optional<TaskBoard::Delivery> TaskBoard::Cancel(uint64_t poll_id) {
   auto it = held_.find(poll_id);
   if (it == held_.end()) return std::nullopt;
-  return Take(it, absl::CancelledError("poll cancelled"));
+  return Take(it, absl::CancelledError(absl::StrCat(
+                      "client ", it->second.client_id, ": poll cancelled")));
 }
 
 TaskBoard::Deliveries TaskBoard::Expire(absl::Time now) {
@@ -107,7 +111,13 @@ TaskBoard::Deliveries TaskBoard::CloseClient(const std::string& client_id,
 
 TaskBoard::Deliveries TaskBoard::CloseAll(const absl::Status& status) {
   Deliveries out;
-  while (!held_.empty()) out.push_back(Take(held_.begin(), status));
+  while (!held_.empty()) {
+    const std::string& client_id = held_.begin()->second.client_id;
+    out.push_back(Take(
+        held_.begin(),
+        absl::Status(status.code(), absl::StrCat("client ", client_id, ": ",
+                                                 status.message()))));
+  }
   return out;
 }
 

@@ -81,7 +81,8 @@ class TaskBoard {
   // Answers the polls whose expiry is at or before `now` with their task
   // (WAIT).
   Deliveries Expire(absl::Time now);
-  // Answers every held poll with `status` (UNAVAILABLE at shutdown).
+  // Answers every held poll with `status` (UNAVAILABLE at shutdown), its
+  // message prefixed with the poll's client.
   Deliveries CloseAll(const absl::Status& status);
 
   // The earliest expiry of a held poll (InfiniteFuture when none).

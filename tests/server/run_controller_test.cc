@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -162,6 +163,29 @@ TEST_F(RunControllerTest, AHeldPollIsAnsweredWhenItsMaxWaitRunsOut) {
   }
   // About 0.8 s; left to the timer's own ticks, about 8.
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+TEST_F(RunControllerTest, ShuttingDownAnswersEveryCallerByName) {
+  Start(SmallRun());
+  auto clients = JoinAll(2);  // fewer than min_clients: a poll is held
+  absl::StatusOr<CoordinatorClient::ReceivedTask> held;
+  std::thread poller(
+      [&] { held = clients[0]->RequestUpdate(absl::Seconds(30)); });
+  // Once the poll is held, the run shuts down under it.
+  ASSERT_TRUE(server_->controller().AwaitPendingPolls(1, absl::Seconds(10)));
+  server_->controller().Shutdown();
+  poller.join();
+  EXPECT_EQ(held.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(held.status().message(),
+              HasSubstr(absl::StrCat("client ", clients[0]->client_id(),
+                                     ": coordinator is shutting down")));
+  v1::HeartbeatRequest beat;
+  beat.set_client_id(clients[1]->client_id());
+  absl::Status late = clients[1]->Heartbeat(beat).status();
+  EXPECT_EQ(late.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(late.message(),
+              HasSubstr(absl::StrCat("client ", clients[1]->client_id(),
+                                     ": coordinator is shutting down")));
 }
 
 TEST(CoordinatorSamplingTest, SameSeedAndNamesSampleAlikeWhateverTheJoinOrder) {

@@ -109,11 +109,13 @@ TEST(TaskBoardTest, CancelAndCloseAllEndHeldPollsWithTheirStatus) {
   std::optional<TaskBoard::Delivery> cancelled = board.Cancel(id);
   ASSERT_TRUE(cancelled.has_value());
   EXPECT_EQ(cancelled->task.status().code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(cancelled->task.status().message(), "client a: poll cancelled");
   EXPECT_FALSE(board.Cancel(id).has_value());  // only once
   TaskBoard::Deliveries d =
       board.CloseAll(absl::UnavailableError("shutting down"));
   ASSERT_EQ(d.size(), 1u);
   EXPECT_EQ(d[0].task.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(d[0].task.status().message(), "client b: shutting down");
   EXPECT_EQ(board.held(), 0u);
   EXPECT_EQ(board.NextExpiry(), absl::InfiniteFuture());
 }
