@@ -114,6 +114,9 @@ void KeepModelSizedBlocksOnTheHeap(int64_t model_bytes) {
 int Run() {
   // Signals are taken synchronously by this thread (sigtimedwait below).
   const sigset_t signals = BlockTerminationSignals();
+  // The run logs under its lock (a join, an update, a round's close): a
+  // reader of stderr that stalls must not stall every client with it.
+  BackgroundLog log;
 
   const std::string address =
       absl::StrCat(absl::GetFlag(FLAGS_bind), ":", absl::GetFlag(FLAGS_port));

@@ -72,6 +72,49 @@ TEST(CoordinatorProcessTest, SigtermShutsDownGracefully) {
   EXPECT_THAT(coordinator.output(), HasSubstr("stopped; peak RSS"));
 }
 
+// A log collector that stops reading the coordinator's stderr (a full pipe)
+// holds up no client: the run logs under its lock, but a thread of its own
+// writes the lines, and what does not fit its queue is dropped and counted.
+TEST(CoordinatorProcessTest, AStalledLogReaderHoldsUpNoClient) {
+  ChildProcess coordinator(Command(
+      {"--model=mlp_2nn", "--min_clients=100000", "--max_clients=100000"}));
+  ASSERT_TRUE(coordinator.started());
+  const int port = StartCoordinator(coordinator);
+  ASSERT_GT(port, 0) << coordinator.output();
+  // From here nothing reads the pipe until the joins are done. A join logs
+  // about 90 bytes: 3,000 are four times what the pipe (64 KiB) holds.
+  constexpr int kJoins = 3000;
+  auto client = std::make_unique<CoordinatorClient>(
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", port),
+                          grpc::InsecureChannelCredentials()),
+      kDefaultPushChunkBytes, absl::Seconds(5));
+  int joined = 0;
+  absl::Status failed;
+  for (int i = 0; i < kJoins && failed.ok(); ++i) {
+    v1::JoinRequest request;
+    request.set_display_name(absl::StrCat("joiner-", i));
+    absl::Status s = client->Join(request).status();
+    if (s.ok()) {
+      ++joined;
+    } else {
+      failed = s;
+    }
+  }
+  EXPECT_EQ(joined, kJoins) << "join " << joined + 1 << ": " << failed;
+  // Reading again, the log catches up: the last join's line, or the count of
+  // those dropped while the pipe was full.
+  const std::optional<std::string> caught_up = coordinator.WaitForLine(
+      absl::StrCat("joiner-", kJoins - 1), absl::Seconds(10));
+  if (!caught_up.has_value()) {
+    EXPECT_THAT(coordinator.output(), HasSubstr("log lines dropped"));
+  }
+  coordinator.Signal(SIGTERM);
+  const std::optional<int> exit_code = coordinator.Wait(kTimeout);
+  ASSERT_TRUE(exit_code.has_value()) << "still running after SIGTERM";
+  EXPECT_EQ(*exit_code, 0);
+  EXPECT_THAT(coordinator.output(), HasSubstr("stopped; peak RSS"));
+}
+
 // One scripted client trains rounds up to `last` (inclusive) on the
 // coordinator at `port`: its update depends on the weights it was sent
 // (0.01 - 0.1 w), so every round's model depends on every earlier one.
