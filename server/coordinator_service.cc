@@ -279,13 +279,17 @@ class CoordinatorService::UpdateReader final
     StagingPool* const pool = &service_->staging_;
     StagingPool::Buffer back;
     uint64_t lease;
+    bool cancel_wait;
     {
       absl::MutexLock lock(&mu_);
       body();
       back = std::move(returning_);
       lease = lease_.load();
+      cancel_wait = std::exchange(cancel_wait_, false);
     }
     if (back != nullptr) pool->Release(lease, std::move(back), absl::Now());
+    // A waiting push has not finished, so `this` lives until this ends it.
+    if (cancel_wait) pool->Cancel(lease);
   }
 
   // `message_` parsed by protobuf into `request_`; false if it is not a
@@ -331,8 +335,15 @@ class CoordinatorService::UpdateReader final
         },
         absl::Now());
     lease_ = lease.id;
+    if (lease.buffer != nullptr) {
+      OnBufferLocked(std::move(lease.buffer));
+    } else if (context_->IsCancelled()) {
+      // Cancelled as it joined the queue: OnCancel may have read lease_
+      // before it was set and found nothing to take out. Locked takes it out
+      // once mu_ is free (which ends the call, under mu_).
+      cancel_wait_ = true;
+    }
     // Else the buffer comes later, from the thread that frees one.
-    if (lease.buffer != nullptr) OnBufferLocked(std::move(lease.buffer));
   }
 
   void OnBufferLocked(StagingPool::Buffer buffer)
@@ -491,6 +502,7 @@ class CoordinatorService::UpdateReader final
   const std::shared_ptr<PreemptGuard> guard_ = std::make_shared<PreemptGuard>();
   StagingPool::Buffer buffer_ ABSL_GUARDED_BY(mu_);
   StagingPool::Buffer returning_ ABSL_GUARDED_BY(mu_);  // see Locked
+  bool cancel_wait_ ABSL_GUARDED_BY(mu_) = false;       // see OnHeaderLocked
   std::optional<ChunkAssembler> assembler_ ABSL_GUARDED_BY(mu_);
 };
 
