@@ -119,6 +119,25 @@ BENCHMARK(BM_SaveAfterARound)
     ->Iterations(50)
     ->Unit(benchmark::kMillisecond);
 
+// What a save takes under the run's lock: a handle to every record of the
+// history (RunController::SaveLocked), whose bytes the save then writes
+// outside it. Grows with the run: per record one shared block's refcount
+// and two words.
+void BM_HistoryHandlesForASave(benchmark::State& state) {
+  History history;
+  for (int64_t r = 1; r <= state.range(0); ++r) history.Append(Round(r));
+  for (auto _ : state) {
+    std::vector<History::Record> records = history.Latest(history.size());
+    benchmark::DoNotOptimize(records.data());
+  }
+  state.SetItemsProcessed(state.iterations() * state.range(0));
+}
+BENCHMARK(BM_HistoryHandlesForASave)
+    ->Arg(1000)
+    ->Arg(10000)
+    ->Arg(100000)
+    ->Unit(benchmark::kMicrosecond);
+
 }  // namespace
 }  // namespace fedlearn
 
