@@ -301,7 +301,7 @@ absl::Duration Agent::NextBackoff() {
 }
 
 void Agent::NoteContact(Op op) {
-  last_contact_ = absl::Now();
+  failing_since_ = absl::InfiniteFuture();
   repeats_[op] = 0;
   if (op != Op::kJoin) {
     failures_ = 0;
@@ -312,7 +312,6 @@ void Agent::NoteContact(Op op) {
 absl::StatusOr<AgentSummary> Agent::Run() {
   const absl::Time start = absl::Now();
   ScopedCanceller scope(canceller_.get());
-  last_contact_ = start;
   FEDLEARN_RETURN_IF_ERROR(Join());
   for (;;) {
     if (stopping()) return Stopped();
@@ -446,7 +445,12 @@ absl::Status Agent::Recover(Op op, const absl::Status& error) {
   if (stopping()) return Stopped();
   const absl::StatusCode code = error.code();
   if (IsRetryable(code)) {
-    const absl::Duration silent = absl::Now() - last_contact_;
+    // Counted from the first call that failed, not from the last answered
+    // one: a round may train for longer than reconnect_timeout (heartbeats
+    // answered meanwhile), and its push's first failure is not silence.
+    const absl::Time now = absl::Now();
+    failing_since_ = std::min(failing_since_, now);
+    const absl::Duration silent = now - failing_since_;
     if (silent >= options_.reconnect_timeout) {
       return absl::UnavailableError(absl::StrCat(
           name_, ": no answer from ", target_, " for ", Millis(silent),
@@ -568,8 +572,12 @@ absl::Status Agent::Train(CoordinatorClient::ReceivedTask received) {
 
 absl::Status Agent::Push() {
   Update& update = update_;
-  absl::StatusOr<v1::PushGradientResponse> pushed =
-      client_.PushUpdate(update.header, update.delta, update.push_deadline);
+  // Never unbounded: a task without a deadline (async mode) gets
+  // reconnect_timeout, so a push queued at a coordinator whose host vanished
+  // (no reset, nothing unacknowledged for TCP to notice) ends and is retried.
+  absl::StatusOr<v1::PushGradientResponse> pushed = client_.PushUpdate(
+      update.header, update.delta,
+      std::min(update.push_deadline, absl::Now() + options_.reconnect_timeout));
   if (pushed.ok()) {
     NoteContact(Op::kPush);
     ForgetUpdate();
@@ -600,13 +608,19 @@ absl::Status Agent::Push() {
   }
   if (stopping()) return Stopped();
   const absl::Status& error = pushed.status();
-  if (RoundMovedOn(error.code())) {
+  // Refused for now, not for good: the round moved on, or a limit was hit
+  // (RESOURCE_EXHAUSTED: a push too slow to keep its receive buffer while
+  // others waited, or the coordinator's memory budget). The coordinator
+  // answered; the update is dropped and the agent carries on.
+  const bool moved_on = RoundMovedOn(error.code());
+  if (moved_on || error.code() == absl::StatusCode::kResourceExhausted) {
     NoteContact(Op::kPush);
     ForgetUpdate();
     ++summary_.updates_rejected;
-    ConsoleLogf(console_,
-                "%s: round %d: update not counted, the round moved on (%s)",
-                name_, update.round, error.ToString());
+    ConsoleLogf(console_, "%s: round %d: update not counted, %s (%s)", name_,
+                update.round,
+                moved_on ? "the round moved on" : "a coordinator limit was hit",
+                error.ToString());
     return absl::OkStatus();
   }
   // Keep the update for a coordinator that comes back; anything else it

@@ -216,7 +216,9 @@ class Agent {
   int failures_ = 0;           // consecutive failed calls, for the backoff
   bool rejoined_ = false;      // joined again since the last answered call
   std::map<Op, int> repeats_;  // consecutive non-retryable errors per Op
-  absl::Time last_contact_;
+  // When the calls began to fail, none answered since (InfiniteFuture while
+  // the last call was answered): reconnect_timeout counts from here.
+  absl::Time failing_since_ = absl::InfiniteFuture();
   std::mt19937_64 jitter_;
 };
 

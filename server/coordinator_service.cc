@@ -175,8 +175,9 @@ class CoordinatorService::TaskWriter final
     header->set_run_validation(t.run_validation);
     header->set_retry_after_ms(absl::ToInt64Milliseconds(t.retry_after));
     if (t.deadline != absl::InfiniteFuture()) {
+      // At least 1: 0 (the field's default) means no deadline.
       header->set_deadline_ms(std::max<int64_t>(
-          0, absl::ToInt64Milliseconds(t.deadline - absl::Now())));
+          1, absl::ToInt64Milliseconds(t.deadline - absl::Now())));
     }
     if (t.weights != nullptr) {
       encoded_ = service_->Encode(t.weights);

@@ -5,6 +5,7 @@
 #include "client/agent.h"
 
 #include <grpcpp/channel.h>
+#include <grpcpp/server_builder.h>
 
 #include <atomic>
 #include <functional>
@@ -22,6 +23,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/model_spec.h"
+#include "common/tensor_codec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/coordinator_server.h"
@@ -349,6 +351,151 @@ TEST_F(AgentTest, RejoinsACoordinatorRestartedOnTheSamePort) {
   std::vector<float> expected = InitialWeights();
   ApplyRound({0.01f}, {100}, &expected);
   EXPECT_EQ(*server_->controller().global_weights(), expected);
+}
+
+// reconnect_timeout counts from the first call that failed, not from the last
+// one answered: a round that trains for longer than it (heartbeats answered
+// meanwhile) is not silence, and a push that then fails is retried.
+TEST_F(AgentTest, ARoundLongerThanTheReconnectTimeoutIsNotSilence) {
+  Start(SmallRun());
+  const int port = port_;
+  absl::Notification trained, down;
+  Script script;
+  script.on_train = [&](int call, const ProgressFn&) {
+    if (call != 0) return;
+    absl::SleepFor(absl::Milliseconds(1500));  // longer than the timeout
+    trained.Notify();
+    // The push comes once the coordinator is gone.
+    EXPECT_TRUE(down.WaitForNotificationWithTimeout(kWait));
+  };
+  AgentOptions options = Options("patient");
+  options.reconnect_timeout = absl::Seconds(1);
+  AgentThread agent(options, FakeFactory(script));
+  ASSERT_TRUE(trained.WaitForNotificationWithTimeout(kWait));
+  server_->Shutdown();
+  server_.reset();
+  down.Notify();
+  // Back within the timeout of the push's first failure; it has forgotten
+  // the agent, which joins again and trains the new run's round.
+  absl::SleepFor(absl::Milliseconds(300));
+  Start(SmallRun(), port);
+  const AgentSummary summary = Done(agent);
+  EXPECT_EQ(summary.joins, 2);
+  EXPECT_EQ(summary.rounds_trained, 1);
+  EXPECT_EQ(server_->controller().phase(), v1::PHASE_DONE);
+}
+
+// A coordinator of the test's own, to script an answer the real one gives
+// only under load: it refuses the first `refusals` pushes with
+// RESOURCE_EXHAUSTED (as the real one does a push preempted as too slow to
+// keep its receive buffer while others wait), then accepts one, then says
+// DONE. Each poll before that is a TRAIN task of the next round.
+class RefusingCoordinator final : public v1::Coordinator::Service {
+ public:
+  explicit RefusingCoordinator(int refusals)
+      : spec_(*LookupModel("mlp_2nn")), refusals_(refusals) {}
+
+  grpc::Status Join(grpc::ServerContext*, const v1::JoinRequest*,
+                    v1::JoinResponse* response) override {
+    response->set_client_id("client-1");
+    response->set_session_token("token");
+    response->set_run_id("0123456789abcdef");
+    *response->mutable_model() = ToProto(spec_);
+    response->mutable_plan()->set_epochs(1);
+    response->mutable_plan()->set_batch_size(10);
+    response->mutable_plan()->set_learning_rate(0.1f);
+    response->set_heartbeat_interval_ms(5000);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status RequestUpdate(
+      grpc::ServerContext*, const v1::RequestUpdateRequest*,
+      grpc::ServerWriter<v1::TaskMessage>* writer) override {
+    v1::TaskMessage message;
+    v1::Task* task = message.mutable_task();
+    {
+      absl::MutexLock lock(&mu_);
+      if (accepted_) {
+        task->set_type(v1::TASK_TYPE_DONE);
+        writer->Write(message);
+        return grpc::Status::OK;
+      }
+      task->set_round(++round_);
+    }
+    task->set_type(v1::TASK_TYPE_TRAIN);
+    task->set_num_tensors(static_cast<int32_t>(spec_.tensors.size()));
+    writer->Write(message);
+    const std::vector<float> weights(spec_.num_parameters, 0.5f);
+    ChunkWriter chunks(spec_, weights, 64 << 10);
+    v1::TaskMessage chunk;
+    while (chunks.Next(chunk.mutable_chunk())) writer->Write(chunk);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status PushGradient(grpc::ServerContext*,
+                            grpc::ServerReader<v1::PushGradientRequest>* reader,
+                            v1::PushGradientResponse*) override {
+    // The go-ahead the agent waits for before it sends its chunks.
+    reader->SendInitialMetadata();
+    v1::PushGradientRequest message;
+    while (reader->Read(&message)) {
+    }
+    absl::MutexLock lock(&mu_);
+    if (++pushes_ <= refusals_) {
+      return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                          "client client-1: upload too slow (preempted)");
+    }
+    accepted_ = true;
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest*,
+                         v1::HeartbeatResponse*) override {
+    return grpc::Status::OK;
+  }
+
+  int pushes() {
+    absl::MutexLock lock(&mu_);
+    return pushes_;
+  }
+
+ private:
+  const ModelSpec spec_;
+  const int refusals_;
+  absl::Mutex mu_;
+  int64_t round_ ABSL_GUARDED_BY(mu_) = 0;
+  int pushes_ ABSL_GUARDED_BY(mu_) = 0;
+  bool accepted_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// A push refused for a limit is dropped, counted, and the agent carries on
+// (README, as the Python SDK does): it does not count towards
+// max_repeated_errors, so a client on a slow link is not ended after three
+// preempted rounds.
+TEST(AgentPushTest, PushesRefusedForALimitAreDroppedAndTheAgentCarriesOn) {
+  RefusingCoordinator coordinator(/*refusals=*/5);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  builder.RegisterService(&coordinator);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  AgentOptions options;
+  options.coordinator = absl::StrCat("127.0.0.1:", port);
+  options.display_name = "slow-link";
+  options.initial_backoff = absl::Milliseconds(20);
+  options.max_backoff = absl::Milliseconds(200);
+  options.max_repeated_errors = 3;  // fewer than the refusals
+  options.jitter_seed = 1;
+  Agent agent(options, FakeFactory(Script()));
+  absl::StatusOr<AgentSummary> summary = agent.Run();
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(coordinator.pushes(), 6);
+  EXPECT_EQ(summary->updates_rejected, 5);
+  EXPECT_EQ(summary->rounds_trained, 1);
+  EXPECT_FALSE(agent.HoldsUpdateValues());  // what was refused is wiped
+  server->Shutdown();
 }
 
 TEST_F(AgentTest, WrongJoinTokenIsUnauthenticated) {
