@@ -439,7 +439,8 @@ class Client:
         started = time.perf_counter()
         # The push gives up 30 s after the round's deadline, as the C++ agent's: the
         # coordinator ends a push when its round closes, so only one that stopped
-        # answering gets there. No deadline without one in the task (async mode).
+        # answering gets there. Without one in the task (async mode), each attempt
+        # gets reconnect_timeout (_push).
         push_by = (time.monotonic() + task.deadline_ms / 1000.0 + PUSH_GRACE_S
                    if task.deadline_ms > 0 else None)
         with _Heartbeats(self, plan):
@@ -506,14 +507,18 @@ class Client:
 
     def _push(self, header: Any, delta: Weights, push_by: Optional[float]) -> None:
         """Pushes one update, each attempt giving up at ``push_by`` (time.monotonic;
-        None: never); an update the round no longer wants is dropped."""
+        None: after reconnect_timeout); an update the round no longer wants is
+        dropped."""
         started = time.perf_counter()
         payloads = [encode(d, self._int8)[0] for d in delta]
         attempt: Dict[str, float] = {}
 
         def send() -> None:
             attempt["started"] = time.perf_counter()
-            timeout = (None if push_by is None
+            # Never unbounded: without a round deadline (async mode) an attempt
+            # gets reconnect_timeout, so a push queued at a coordinator whose
+            # host vanished ends and is retried, as the C++ agent's.
+            timeout = (self._reconnect_timeout if push_by is None
                        else max(1.0, push_by - time.monotonic()))
             self.push_update(header, payloads, timeout=timeout)
 
