@@ -20,6 +20,7 @@ Percentiles Of(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   p.p50 = v[v.size() / 2];
   p.p99 = v[std::min(v.size() - 1, v.size() * 99 / 100)];
+  p.max = v.back();
   return p;
 }
 

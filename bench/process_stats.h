@@ -11,9 +11,9 @@
 
 namespace fedlearn {
 
-// The median and 99th percentile of `v` (nearest rank), and its size.
+// The median, 99th percentile (nearest rank) and largest of `v`, and its size.
 struct Percentiles {
-  double p50 = 0, p99 = 0;
+  double p50 = 0, p99 = 0, max = 0;
   size_t n = 0;
 };
 Percentiles Of(std::vector<double> v);

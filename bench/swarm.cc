@@ -363,21 +363,14 @@ class Swarm {
   void Heartbeat(Sim* s);
   void JoinNext();
 
-  // Heartbeat latencies (ms) of the beats sent in [from, to), and the most.
-  struct Beats {
-    Percentiles latency;
-    double max_ms = 0;
-  };
-  Beats HeartbeatsSent(absl::Time from, absl::Time to) {
+  // Heartbeat latencies (ms) of the beats sent in [from, to).
+  Percentiles HeartbeatsSent(absl::Time from, absl::Time to) {
     std::vector<double> ms;
     absl::MutexLock lock(&beats_mu_);
     for (const auto& [sent, took] : beats_) {
       if (sent >= from && sent < to) ms.push_back(took);
     }
-    Beats beats;
-    if (!ms.empty()) beats.max_ms = *std::max_element(ms.begin(), ms.end());
-    beats.latency = Of(std::move(ms));
-    return beats;
+    return Of(std::move(ms));
   }
 
   // Called by the calls.
@@ -1147,11 +1140,10 @@ int Run() {
   for (const auto& [label, from, to] :
        {std::tuple{"Heartbeat idle", join_start, rounds_start},
         std::tuple{"Heartbeat in rounds", rounds_start, rounds_end}}) {
-    const Swarm::Beats beats = swarm.HeartbeatsSent(from, to);
-    if (beats.latency.n == 0) continue;
+    const Percentiles beats = swarm.HeartbeatsSent(from, to);
+    if (beats.n == 0) continue;
     std::printf("%-20s p50 %7.2f ms  p99 %7.2f ms  max %7.1f ms  (%zu calls)\n",
-                label, beats.latency.p50, beats.latency.p99, beats.max_ms,
-                beats.latency.n);
+                label, beats.p50, beats.p99, beats.max, beats.n);
   }
   swarm.Lates().Print("late (after its round closed at quorum)");
   swarm.Retries().Print("retried");
