@@ -574,10 +574,13 @@ absl::Status Agent::Push() {
   Update& update = update_;
   // Never unbounded: a task without a deadline (async mode) gets
   // reconnect_timeout, so a push queued at a coordinator whose host vanished
-  // (no reset, nothing unacknowledged for TCP to notice) ends and is retried.
-  absl::StatusOr<v1::PushGradientResponse> pushed = client_.PushUpdate(
-      update.header, update.delta,
-      std::min(update.push_deadline, absl::Now() + options_.reconnect_timeout));
+  // (no reset, nothing unacknowledged for TCP to notice) ends and is retried;
+  // as the Python SDK's push.
+  const absl::Time deadline = update.push_deadline != absl::InfiniteFuture()
+                                  ? update.push_deadline
+                                  : absl::Now() + options_.reconnect_timeout;
+  absl::StatusOr<v1::PushGradientResponse> pushed =
+      client_.PushUpdate(update.header, update.delta, deadline);
   if (pushed.ok()) {
     NoteContact(Op::kPush);
     ForgetUpdate();
