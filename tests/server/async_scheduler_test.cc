@@ -226,9 +226,13 @@ TEST(AsyncSchedulerTest, TrainingListsOutstandingTasksAndForgottenClientsGo) {
   EXPECT_THAT(s.Training(), UnorderedElementsAre("c"));  // nothing recreated
   auto again = s.Admit(Header("b", 1), Handle(), 1, &why);
   EXPECT_THAT(again.status().message(), HasSubstr("its task is for round 0"));
-  // a, forgotten after its update was in, may not repeat it either: a
-  // forgotten client's calls fail authorization before they get here.
+  // a, forgotten after its update was in: what it pushed is forgotten too
+  // (its id is a stranger's; a forgotten client's calls fail authorization
+  // before they get here).
   s.Forget("a");
+  auto stranger = s.Admit(Header("a", 1), Handle(), 1, &why);
+  EXPECT_EQ(stranger.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(why, Rejection::kStaleRound);
   s.Forget("never-seen");  // nothing to drop
   EXPECT_THAT(s.Training(), UnorderedElementsAre("c"));
 }
