@@ -200,6 +200,14 @@ bool RoundMovedOn(absl::StatusCode code) {
          code == absl::StatusCode::kCancelled;
 }
 
+// The answers that mean the coordinator does not know this identity (it
+// restarted, forgot it, or retired it): join again.
+bool MustJoinAgain(absl::StatusCode code) {
+  return code == absl::StatusCode::kNotFound ||
+         code == absl::StatusCode::kUnauthenticated ||
+         code == absl::StatusCode::kPermissionDenied;
+}
+
 std::string Millis(absl::Duration d) {
   return absl::FormatDuration(absl::Trunc(d, absl::Milliseconds(1)));
 }
@@ -461,9 +469,7 @@ absl::Status Agent::Recover(Op op, const absl::Status& error) {
                 error.ToString(), Millis(delay));
     return AwaitCoordinator(delay);
   }
-  if (op != Op::kJoin && (code == absl::StatusCode::kNotFound ||
-                          code == absl::StatusCode::kUnauthenticated ||
-                          code == absl::StatusCode::kPermissionDenied)) {
+  if (op != Op::kJoin && MustJoinAgain(code)) {
     // The coordinator restarted and forgot us (or never knew this identity):
     // join again. Join keeps the trainer if the run (a resumed one keeps its
     // id) and the model are the same.
@@ -502,8 +508,8 @@ absl::Status Agent::Train(CoordinatorClient::ReceivedTask received) {
           ? received.header_received + absl::Milliseconds(task.deadline_ms()) +
                 kPushGrace
           : absl::InfiniteFuture();
-  if (update.pending && update.round == round &&
-      update.weights == received.weights) {
+  if (update.pending && update.run_id == joined_.run_id() &&
+      update.round == round && update.weights == received.weights) {
     ConsoleLogf(console_,
                 "%s: round %d: pushing again the update trained before the "
                 "coordinator went away",
@@ -552,6 +558,7 @@ absl::Status Agent::Train(CoordinatorClient::ReceivedTask received) {
   float* delta = update.delta.data();
   const float* weights = update.weights.data();
   for (size_t i = 0; i < update.delta.size(); ++i) delta[i] -= weights[i];
+  update.run_id = joined_.run_id();
   update.round = round;
   update.push_deadline = push_deadline;
   update.metrics = *metrics;
@@ -626,9 +633,11 @@ absl::Status Agent::Push() {
                 error.ToString());
     return absl::OkStatus();
   }
-  // Keep the update for a coordinator that comes back; anything else it
-  // refused would be refused again.
-  if (!IsRetryable(error.code())) {
+  // Keep the update for a coordinator that comes back, and for one that came
+  // back without knowing us (a restart resumed from its state directory asks
+  // the new identity for the same round): anything else it refused would be
+  // refused again.
+  if (!IsRetryable(error.code()) && !MustJoinAgain(error.code())) {
     ForgetUpdate();
     ++summary_.updates_rejected;
   }

@@ -152,9 +152,11 @@ class Agent {
 
   // The last update trained. Its buffers are kept across rounds so that their
   // pages are touched once. While `pending`, its push failed for want of a
-  // coordinator: it is pushed again, without retraining, if the same round
-  // comes back with the same weights.
+  // coordinator, or was refused by one that no longer knew this identity (a
+  // restart): it is pushed again, without retraining, if the same run's same
+  // round comes back with the same weights.
   struct Update {
+    std::string run_id;  // of the join it was trained under
     int64_t round = 0;
     std::vector<float> weights;  // the task's weights the update started from
     std::vector<float> delta;    // trained weights minus `weights`

@@ -167,8 +167,15 @@ class ClientManager {
   // The clients remembered, by their index (join order).
   using ByIndex = absl::btree_map<size_t, std::unique_ptr<Client>>;
   const ByIndex& clients() const { return clients_; }
-  // Every client that joined the run, forgotten ones included.
+  // Every client that joined the run, forgotten ones included (in a resumed
+  // run, those of the runs before it too).
   size_t joined() const { return next_index_; }
+  // A resumed run: `joined` clients joined before the save it resumes from,
+  // so the next one is numbered after them and an id names one client in the
+  // whole run's history. Call before the first Join.
+  void ResumeNumbering(size_t joined) {
+    next_index_ = std::max(next_index_, joined);
+  }
 
  private:
   // Clients not holding a poll, by when they were last seen.

@@ -149,6 +149,8 @@ RunController::RunController(CoordinatorOptions options, ModelSpec spec,
     if (s.has_previous_train_loss()) stop_.Restore(s.previous_train_loss());
     stop_reason_ = s.stop_reason();
     if (s.has_final_evaluation()) final_evaluation_ = s.final_evaluation();
+    clients_.ResumeNumbering(
+        static_cast<size_t>(std::max<int64_t>(0, s.clients_joined())));
     if (absl::Status restored = clients_.RestoreSampler(s.sampler());
         !restored.ok()) {
       Logf("run %s: %s; sampling starts afresh", run_id_, restored.ToString());
@@ -254,6 +256,7 @@ std::function<void()> RunController::SaveLocked() {
   s.set_bytes_received(history_.bytes_received());
   s.set_bytes_sent(history_.bytes_sent());
   s.set_sampler(clients_.SamplerState());
+  s.set_clients_joined(static_cast<int64_t>(clients_.joined()));
   privacy_.Save(&s);
   run.weights = global_;
   run.optimizer = strategy_.optimizer->State();

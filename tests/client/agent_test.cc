@@ -28,6 +28,7 @@
 #include "gtest/gtest.h"
 #include "server/coordinator_server.h"
 #include "server/run_controller.h"
+#include "tests/util/files.h"
 
 namespace fedlearn {
 namespace {
@@ -361,8 +362,11 @@ TEST_F(AgentTest, ARoundLongerThanTheReconnectTimeoutIsNotSilence) {
   const int port = port_;
   absl::Notification trained, down;
   Script script;
-  script.on_train = [&](int call, const ProgressFn&) {
-    if (call != 0) return;
+  // Counted across trainers: the restarted coordinator is a new run, for
+  // which the agent builds a new one.
+  std::atomic<int> calls{0};
+  script.on_train = [&](int, const ProgressFn&) {
+    if (calls++ != 0) return;
     absl::SleepFor(absl::Milliseconds(1500));  // longer than the timeout
     trained.Notify();
     // The push comes once the coordinator is gone.
@@ -382,7 +386,57 @@ TEST_F(AgentTest, ARoundLongerThanTheReconnectTimeoutIsNotSilence) {
   const AgentSummary summary = Done(agent);
   EXPECT_EQ(summary.joins, 2);
   EXPECT_EQ(summary.rounds_trained, 1);
+  // An update trained in another run (whose plan may differ) is not pushed
+  // into this one, even for the same round and the same initial weights.
+  EXPECT_EQ(calls, 2);
   EXPECT_EQ(server_->controller().phase(), v1::PHASE_DONE);
+}
+
+// A coordinator restarted from its state directory resumes the round it was
+// in but knows no client: the push of an update trained in that round is
+// answered NOT_FOUND. The agent joins again and, asked for the same round with
+// the same weights under its new identity, pushes the update it holds instead
+// of training it again (README, "The client").
+TEST_F(AgentTest, AnUpdateRefusedByARestartedCoordinatorIsPushedAgain) {
+  testing::ScopedTempDir dir;
+  CoordinatorOptions options = SmallRun();
+  options.max_rounds = 2;
+  options.state_dir = dir.Path("state");
+  Start(options);
+  const int port = port_;
+  absl::Notification training_round_2, restarted;
+  std::atomic<int> trained{0};
+  Script script;
+  script.on_train = [&](int call, const ProgressFn&) {
+    ++trained;
+    if (call != 1) return;
+    training_round_2.Notify();
+    EXPECT_TRUE(restarted.WaitForNotificationWithTimeout(kWait));
+  };
+  auto built = std::make_shared<std::atomic<int>>(0);
+  AgentThread agent(Options("survivor"), FakeFactory(script, built));
+  ASSERT_TRUE(training_round_2.WaitForNotificationWithTimeout(kWait));
+  const std::string run_id = server_->controller().run_id();
+  server_->Shutdown();
+  server_.reset();
+  Start(options, port);
+  ASSERT_EQ(server_->controller().run_id(), run_id) << "not resumed";
+  restarted.Notify();
+
+  const AgentSummary summary = Done(agent);
+  EXPECT_EQ(trained, 2) << "round 2 was trained again";
+  EXPECT_EQ(summary.joins, 2);
+  // Numbered after the clients of the run before the restart: round 1's
+  // record names client-1, which is not the new identity.
+  EXPECT_EQ(summary.client_id, "client-2");
+  EXPECT_EQ(summary.rounds_trained, 2);
+  EXPECT_EQ(summary.updates_rejected, 0);
+  EXPECT_EQ(*built, 1) << "the resumed run keeps the trainer";
+  EXPECT_EQ(server_->controller().phase(), v1::PHASE_DONE);
+  std::vector<float> expected = InitialWeights();
+  ApplyRound({0.01f}, {100}, &expected);
+  ApplyRound({0.01f}, {100}, &expected);
+  EXPECT_EQ(*server_->controller().global_weights(), expected);
 }
 
 // A coordinator of the test's own, to script an answer the real one gives
