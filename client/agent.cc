@@ -320,6 +320,7 @@ void Agent::NoteContact(Op op) {
 absl::StatusOr<AgentSummary> Agent::Run() {
   const absl::Time start = absl::Now();
   ScopedCanceller scope(canceller_.get());
+  FEDLEARN_RETURN_IF_ERROR(LockSession());
   FEDLEARN_RETURN_IF_ERROR(Join());
   for (;;) {
     if (stopping()) return Stopped();
@@ -358,6 +359,29 @@ absl::StatusOr<AgentSummary> Agent::Run() {
         break;
     }
   }
+}
+
+absl::Status Agent::LockSession() {
+  if (options_.session_file.empty() || session_lock_.has_value()) {
+    return absl::OkStatus();
+  }
+  // The session file itself is replaced by a rename at every join, so the
+  // lock is on a file beside it that stays.
+  const std::string path = absl::StrCat(options_.session_file, ".lock");
+  absl::StatusOr<int> fd = LockFileExclusively(path, /*mode=*/0600);
+  if (!fd.ok()) {
+    if (fd.status().code() == absl::StatusCode::kFailedPrecondition) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          name_, ": session file ", options_.session_file,
+          " is in use by another running agent (", path,
+          " is locked); give each agent its own name or session directory"));
+    }
+    return absl::Status(
+        fd.status().code(),
+        absl::StrCat(name_, ": session file: ", fd.status().message()));
+  }
+  session_lock_.emplace(*fd);
+  return absl::OkStatus();
 }
 
 absl::Status Agent::Join() {

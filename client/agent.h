@@ -8,6 +8,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -20,6 +21,7 @@
 #include "client/coordinator_client.h"
 #include "client/progress.h"
 #include "client/trainer.h"
+#include "common/files.h"
 #include "fedlearn/v1/coordinator.pb.h"
 
 namespace fedlearn {
@@ -42,7 +44,10 @@ struct AgentOptions {
   // An agent restarted after a crash presents them at its first Join, so the
   // coordinator retires its old identity at once instead of counting it alive
   // (and sampling it) until --client_timeout. Written mode 0600 after every
-  // join; a file that does not parse is ignored and rewritten.
+  // join; a file that does not parse is ignored and rewritten. Run() locks it
+  // (an flock on "<session_file>.lock", released when the agent ends, however
+  // it ends): two live agents sharing it would retire each other at every
+  // re-join, so a second one is refused at once.
   std::string session_file;
   std::string display_name;  // for the coordinator's logs and dashboard; also
                              // the prefix of this agent's log lines
@@ -128,7 +133,8 @@ class Agent {
   Agent& operator=(const Agent&) = delete;
 
   // Runs the client until the coordinator says DONE; returns what it did.
-  // Errors: CANCELLED after Stop(); UNAUTHENTICATED for a wrong join token and
+  // Errors: CANCELLED after Stop(); FAILED_PRECONDITION when another running
+  // agent holds the session file; UNAUTHENTICATED for a wrong join token and
   // PERMISSION_DENIED or INVALID_ARGUMENT for a join the coordinator refuses;
   // UNAVAILABLE when the coordinator stays unreachable for reconnect_timeout;
   // the trainer factory's or the trainer's error; the error of a call that
@@ -172,6 +178,8 @@ class Agent {
     bool pending = false;
   };
 
+  // Takes options_.session_file's lock for the agent's lifetime.
+  absl::Status LockSession();
   absl::Status Join();
   // Decides what a failed call means: waits and returns OK to go on (after a
   // backoff, or a re-join), or returns the error that ends Run.
@@ -210,6 +218,7 @@ class Agent {
   bool stopped_ ABSL_GUARDED_BY(stop_mu_) = false;
 
   // Owned by the thread in Run().
+  std::optional<ScopedFd> session_lock_;  // while Run() holds session_file
   CoordinatorClient client_;
   std::unique_ptr<Trainer> trainer_;
   v1::JoinResponse joined_;

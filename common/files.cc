@@ -1,6 +1,7 @@
 #include "common/files.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -132,6 +133,22 @@ absl::Status WriteFileAt(const std::string& path, int64_t offset,
     return absl::ErrnoToStatus(errno, absl::StrCat("cannot close ", path));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<int> LockFileExclusively(const std::string& path, int mode) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, mode);
+  if (fd < 0) {
+    return absl::ErrnoToStatus(errno, absl::StrCat("cannot open ", path));
+  }
+  ScopedFd lock(fd);
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EWOULDBLOCK) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(path, " is locked by another holder"));
+    }
+    return absl::ErrnoToStatus(errno, absl::StrCat("cannot lock ", path));
+  }
+  return lock.Release();
 }
 
 absl::StatusOr<std::string> ReadFileToString(const std::string& path) {

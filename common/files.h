@@ -56,6 +56,15 @@ absl::Status WriteFileAt(const std::string& path, int64_t offset,
 // file or directory just made or renamed there) survives a crash.
 absl::Status SyncDirectory(const std::string& path);
 
+// Opens `path` (created, with `mode` less the umask, when missing) and takes
+// an exclusive flock on it without waiting. The returned descriptor holds the
+// lock until it is closed or the process ends, however it ends, so a crashed
+// holder never leaves it taken. FAILED_PRECONDITION when another open file
+// holds it (another process, or another open of it in this one); other
+// errno-derived codes naming the file.
+absl::StatusOr<int> LockFileExclusively(const std::string& path,
+                                        int mode = 0644);
+
 // The whole file. NOT_FOUND when it does not exist; other errno-derived codes.
 absl::StatusOr<std::string> ReadFileToString(const std::string& path);
 

@@ -1,7 +1,5 @@
 #include "server/state_store.h"
 
-#include <fcntl.h>
-#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -213,21 +211,17 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(std::string dir) {
   }
   // Two coordinators on one directory would delete each other's models.
   const std::string lock_path = absl::StrCat(dir, "/lock");
-  const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    return absl::ErrnoToStatus(
-        errno, absl::StrCat("--state_dir: cannot open ", lock_path));
-  }
-  ScopedFd lock(fd);
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    if (errno == EWOULDBLOCK) {
+  absl::StatusOr<int> fd = LockFileExclusively(lock_path);
+  if (!fd.ok()) {
+    if (fd.status().code() == absl::StatusCode::kFailedPrecondition) {
       return absl::FailedPreconditionError(
           absl::StrCat("--state_dir: ", dir,
                        " is in use by another coordinator (", lock_path, ")"));
     }
-    return absl::ErrnoToStatus(
-        errno, absl::StrCat("--state_dir: cannot lock ", lock_path));
+    return absl::Status(fd.status().code(),
+                        absl::StrCat("--state_dir: ", fd.status().message()));
   }
+  ScopedFd lock(*fd);
   // Ours alone now: temporary files are what a killed writer left behind.
   for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
     if (entry.path().filename().string().find(".tmp.") != std::string::npos) {

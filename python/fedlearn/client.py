@@ -22,6 +22,7 @@ on DONE.
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import os
 import random
 import sys
@@ -145,6 +146,8 @@ class Client:
         client restarted after a crash presents them at its first join, and the
         coordinator retires its old identity at once rather than counting it alive,
         and sampling it, until its client timeout (README, "Alive, ready, retired").
+        ``run()`` locks it ("<session_file>.lock") while it runs: a second client
+        running on the same file is refused at once.
     """
 
     def __init__(self, coordinator: str, fit: FitFn,
@@ -207,7 +210,9 @@ class Client:
         ``FedlearnError`` (with the gRPC code) for what retrying cannot mend: a wrong
         join token, a refused request, a coordinator unreachable for
         ``reconnect_timeout``, or an error raised by ``fit``/``evaluate``/``on_join``."""
+        lock = None
         try:
+            lock = self._lock_session()
             self._join()
             while not self._stopping.is_set():
                 received = self._call(self._poll, "RequestUpdate")
@@ -230,6 +235,8 @@ class Client:
             raise FedlearnError("stopped", self._grpc.StatusCode.CANCELLED)
         finally:
             self._channel.close()
+            if lock is not None:
+                os.close(lock)
 
     def stop(self) -> None:
         """Makes ``run()`` return (raising CANCELLED) soon: a poll under way is
@@ -318,6 +325,30 @@ class Client:
     def _sleep(self, seconds: float) -> None:
         if self._stopping.wait(seconds):
             raise FedlearnError("stopped", self._grpc.StatusCode.CANCELLED)
+
+    def _lock_session(self) -> Optional[int]:
+        """Locks the session file for this run, as the C++ agent does: an flock on
+        "<session_file>.lock" (the session file itself is replaced at every join),
+        released when run() returns or the process ends, however it ends. Two live
+        clients sharing a session file would retire each other at every re-join, so
+        a second one is refused at once. Returns the lock's descriptor (None without
+        a session file)."""
+        if self._session_file is None:
+            return None
+        path = f"{self._session_file}.lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise FedlearnError(
+                f"session file {self._session_file} is in use by another running "
+                f"client ({path} is locked); give each client its own "
+                f"session file") from None
+        except OSError:
+            os.close(fd)
+            raise
+        return fd
 
     def _read_session(self) -> None:
         """Puts the identity in the session file, if any, into the join request."""

@@ -439,6 +439,44 @@ TEST_F(AgentTest, AnUpdateRefusedByARestartedCoordinatorIsPushedAgain) {
   EXPECT_EQ(*server_->controller().global_weights(), expected);
 }
 
+// Two live agents sharing a session file would retire each other at every
+// re-join, each presenting the identity the other saved. The second one is
+// refused at its start, and the first goes on untouched; the lock goes with
+// the agent that held it.
+TEST_F(AgentTest, TwoRunningAgentsCannotShareASessionFile) {
+  CoordinatorOptions options = SmallRun();
+  options.min_clients = 2;  // the first agent waits, polling
+  Start(options);
+  testing::ScopedTempDir dir;
+  AgentOptions twin = Options("twin");
+  twin.session_file = dir.Path("twin.session");
+  {
+    AgentThread first(twin, FakeFactory(Script()));
+    ASSERT_TRUE(server_->controller().AwaitPendingPolls(1, kWait));
+    Agent second(twin, FakeFactory(Script()));
+    const absl::StatusOr<AgentSummary> refused = second.Run();
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(refused.status().message(),
+                HasSubstr("twin.session is in use by another running agent"));
+    // Refused before it joined: one client, the first, still polling.
+    EXPECT_EQ(server_->controller().GetStatus().client_counts().joined(), 1);
+    EXPECT_TRUE(server_->controller().AwaitPendingPolls(1, kWait));
+  }
+  // The first has ended: an agent started on its file now runs, and retires
+  // the identity it left behind.
+  AgentThread third(twin, FakeFactory(Script()));
+  AgentThread other(Options("other"), FakeFactory(Script()));
+  EXPECT_NE(Done(third).client_id, "client-1");
+  Done(other);
+  const v1::GetStatusResponse status = server_->controller().GetStatus();
+  EXPECT_EQ(status.client_counts().joined(), 3);
+  // Stopped a moment ago, it would count alive for --client_timeout (20 s)
+  // had it not been retired.
+  ASSERT_GE(status.clients_size(), 1);
+  EXPECT_EQ(status.clients(0).client_id(), "client-1");
+  EXPECT_EQ(status.clients(0).state(), "gone");
+}
+
 // A coordinator of the test's own, to script an answer the real one gives
 // only under load: it refuses the first `refusals` pushes with
 // RESOURCE_EXHAUSTED (as the real one does a push preempted as too slow to

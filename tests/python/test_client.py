@@ -209,6 +209,47 @@ class ClientTest(unittest.TestCase):
             self.assertIn(f"joined again as {second.joined.client_id}",
                           e.exception.details())
 
+    def test_two_running_clients_cannot_share_a_session_file(self):
+        # They would retire each other at every re-join, each presenting the identity
+        # the other saved: the second is refused before it joins, the first goes on,
+        # and the lock goes with the client that held it.
+        session = os.path.join(tempfile.mkdtemp(), "agent.session")
+        with Coordinator("--model=mlp_2nn", "--min_clients=2") as c:
+            first = fedlearn.Client(c.address, lambda w, p: (w, 1, {}),
+                                    session_file=session)
+            ended = {}
+
+            def run():
+                try:
+                    first.run()
+                except fedlearn.FedlearnError as e:
+                    ended["error"] = e
+
+            thread = threading.Thread(target=run)
+            thread.start()
+            deadline = time.monotonic() + 30
+            while first._poll_call is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            self.assertIsNotNone(first._poll_call)
+            second = fedlearn.Client(c.address, lambda w, p: (w, 1, {}),
+                                     session_file=session)
+            with self.assertRaises(fedlearn.FedlearnError) as e:
+                second.run()
+            self.assertIn(f"session file {session} is in use by another running "
+                          "client", str(e.exception))
+            status = get_status(c.address)
+            self.assertEqual(status.client_counts.joined, 1)
+            self.assertEqual([x.state for x in status.clients], ["ready"])
+            first.stop()
+            thread.join(15)
+            self.assertFalse(thread.is_alive())
+            self.assertEqual(ended["error"].code, grpc.StatusCode.CANCELLED)
+            third = fedlearn.Client(c.address, lambda w, p: (w, 1, {}),
+                                    session_file=session)
+            lock = third._lock_session()
+            self.assertIsNotNone(lock)
+            os.close(lock)
+
     def test_a_session_file_that_cannot_be_written_does_not_end_the_join(self):
         # Joined all the same, as the C++ agent: only retiring this identity after a
         # restart is lost. A directory stands where the file should go, so the
