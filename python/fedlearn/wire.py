@@ -182,6 +182,11 @@ class Reassembler:
         n = len(data)
         if n > MAX_CHUNK_BYTES or filled + n > self._total:
             raise ProtocolError(f"{t.name}: chunk of {n} bytes too large")
+        if n == 0 and self._total > 0:  # as the C++ receiver checks
+            raise ProtocolError(f"{t.name}: empty chunk at offset {filled}")
+        if filled + n == self._total and not c.last:
+            raise ProtocolError(f"{t.name}: chunk at offset {filled} completes the "
+                                "tensor but is not marked last")
         crc = crc32c(data)
         if crc != c.chunk_crc32c:
             raise ProtocolError(f"{t.name}: chunk CRC-32C mismatch at offset {c.offset}")

@@ -25,6 +25,13 @@ def spec(*shapes):
         for i, s in enumerate(shapes)])
 
 
+def chunk_of_w0(offset, **fields):
+    """An empty chunk at ``offset`` of tensor w0 (4 floats), as spec((4,)) has it."""
+    return pb2.TensorChunk(name="w0", shape=[4], dtype=pb2.DTYPE_FLOAT32,
+                           encoding=pb2.ENCODING_DENSE, total_bytes=16, offset=offset,
+                           chunk_crc32c=crc32c(b""), **fields)
+
+
 class WireTest(unittest.TestCase):
     def test_crc32c_check_value_and_continuation(self):
         self.assertEqual(crc32c(b"123456789"), 0xE3069283)  # the standard check value
@@ -125,6 +132,13 @@ class WireTest(unittest.TestCase):
             "expected a chunk of w0": lambda c: c[0].__setattr__("name", "other"),
             "tensor CRC-32C mismatch": lambda c: c[1].__setattr__("tensor_crc32c", 1),
             "ended before": lambda c: c.pop(),
+            # Each chunk of a tensor with values holds a byte at least, and the
+            # one that completes the tensor, only it, is marked last (as the C++
+            # receiver checks).
+            "empty chunk at offset 8": lambda c: c.insert(1, chunk_of_w0(8)),
+            "completes the tensor but is not marked last": lambda c: (
+                c[1].__setattr__("last", False),
+                c.append(chunk_of_w0(16, last=True, tensor_crc32c=c[1].tensor_crc32c))),
         }
         for words, mutate in cases.items():
             chunks = [pb2.TensorChunk.FromString(c.SerializeToString()) for c in good]
