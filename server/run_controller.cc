@@ -473,8 +473,12 @@ void RunController::MaybeStartLocked(absl::Time now, Effects* effects) {
   if (shutting_down_ || phase_ == v1::PHASE_DONE) return;
   if (phase_ == v1::PHASE_EVALUATING) {
     if (evaluation_.is_open()) return;
+    // As a round does, an attempt waits for --min_clients ready clients: a
+    // run resumed in this phase would otherwise evaluate on whichever client
+    // joined again first, and report one partition's accuracy as the run's.
+    const int num_ready = clients_.CountReady(now);
+    if (num_ready == 0 || num_ready < options_.min_clients) return;
     std::vector<std::string> ready = clients_.Ready(now);
-    if (ready.empty()) return;
     // Every ready client evaluates the final weights, or a sample of
     // --eval_clients of them.
     if (options_.eval_clients > 0 &&

@@ -694,6 +694,39 @@ TEST(ResumeSamplingTest, ResumedRunSamplesAsTheUninterruptedOne) {
   EXPECT_EQ(SampledRounds(**second, 3, 3)[0], expected[2]);
 }
 
+// A run resumed in its evaluation phase waits, as a round does, for
+// --min_clients ready clients before it opens an attempt: else the first
+// client to join again would evaluate alone, and its one partition's accuracy
+// would be reported as the run's.
+TEST_F(ResumeTest, AResumedEvaluationWaitsForMinClients) {
+  {
+    auto server = Start();
+    ASSERT_NE(server, nullptr);
+    Train(*server, 1, 4);
+    ASSERT_TRUE(server->controller().AwaitPhase(v1::PHASE_EVALUATING, kWait));
+  }
+  auto server = Start();
+  ASSERT_NE(server, nullptr);
+  ASSERT_EQ(server->controller().phase(), v1::PHASE_EVALUATING);
+  auto channel = grpc::CreateChannel(absl::StrCat("127.0.0.1:", server->port()),
+                                     grpc::InsecureChannelCredentials());
+  std::vector<std::unique_ptr<CoordinatorClient>> clients;
+  for (int i = 0; i < 3; ++i) {
+    clients.push_back(std::make_unique<CoordinatorClient>(channel));
+    ASSERT_TRUE(clients.back()->Join(v1::JoinRequest()).ok());
+    if (i == 2) break;
+    // One and two ready of --min_clients=3: told to wait.
+    auto wait = clients.back()->RequestUpdate(absl::Milliseconds(50));
+    ASSERT_TRUE(wait.ok()) << wait.status();
+    EXPECT_EQ(wait->task.type(), v1::TASK_TYPE_WAIT) << "with " << i + 1;
+  }
+  for (auto& c : clients) testing::Evaluate(*c, 0.5, 0.75, 20);
+  ASSERT_TRUE(server->controller().AwaitPhase(v1::PHASE_DONE, kWait));
+  const v1::GetStatusResponse status = server->controller().GetStatus();
+  EXPECT_EQ(status.final_evaluation().num_clients(), 3);
+  EXPECT_EQ(status.final_evaluation().num_examples(), 60);
+}
+
 TEST_F(ResumeTest, FinishedRunStaysDone) {
   {
     auto server = Start();
