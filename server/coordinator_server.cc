@@ -193,6 +193,14 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   server->controller_ = std::make_unique<RunController>(
       options, std::move(spec), std::move(initial), std::move(strategy),
       std::move(store), std::move(resume));
+  if (absl::Status saved = server->controller_->SaveResumeCharge();
+      !saved.ok()) {
+    return absl::Status(
+        saved.code(),
+        absl::StrCat("--state_dir: the resumed run's privacy charge could not "
+                     "be saved: ",
+                     saved.message()));
+  }
   server->service_ =
       std::make_unique<CoordinatorService>(server->controller_.get());
 

@@ -146,6 +146,8 @@ RunController::RunController(CoordinatorOptions options, ModelSpec spec,
       strategy_.dp_aggregator->RestoreClipNorm(*clip);
     }
     if (!restored.empty()) Logf("run %s: %s", run_id_, restored);
+    resume_charge_unsaved_ = store_ != nullptr && privacy_.enabled() &&
+                             phase_ == v1::PHASE_WAITING_FOR_CLIENTS;
     if (s.has_previous_train_loss()) stop_.Restore(s.previous_train_loss());
     stop_reason_ = s.stop_reason();
     if (s.has_final_evaluation()) final_evaluation_ = s.final_evaluation();
@@ -233,8 +235,7 @@ Task RunController::WaitTaskLocked() const {
   return wait;
 }
 
-std::function<void()> RunController::SaveLocked() {
-  if (store_ == nullptr) return nullptr;
+SavedRun RunController::SnapshotLocked() const {
   SavedRun run;
   v1::CoordinatorState& s = run.state;
   s.set_run_id(run_id_);
@@ -260,12 +261,50 @@ std::function<void()> RunController::SaveLocked() {
   privacy_.Save(&s);
   run.weights = global_;
   run.optimizer = strategy_.optimizer->State();
-  return [this, run = std::move(run)]() {
+  return run;
+}
+
+std::function<void()> RunController::SaveLocked() {
+  if (store_ == nullptr) return nullptr;
+  return [this, run = SnapshotLocked()]() {
     if (absl::Status saved = store_->Save(spec_, run); !saved.ok()) {
       Logf("round %d: the run could not be saved: %s", run.state.round(),
            saved.ToString());
+      if (strategy_.dp.enabled()) StopAfterAFailedSave();
     }
   };
+}
+
+void RunController::StopAfterAFailedSave() {
+  Effects effects;
+  {
+    absl::MutexLock lock(&mu_);
+    if (phase_ != v1::PHASE_TRAINING &&
+        phase_ != v1::PHASE_WAITING_FOR_CLIENTS) {
+      return;
+    }
+    Logf(
+        "round %d: central DP: no round is released while the last one's "
+        "privacy charge is not on disk",
+        version_);
+    const absl::Time now = absl::Now();
+    StopTrainingLocked("state_not_saved", now, &effects);
+    MaybeStartLocked(now, &effects);
+  }
+  effects.Run();
+}
+
+absl::Status RunController::SaveResumeCharge() {
+  SavedRun run;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!resume_charge_unsaved_) return absl::OkStatus();
+    run = SnapshotLocked();
+  }
+  if (absl::Status saved = store_->Save(spec_, run); !saved.ok()) return saved;
+  absl::MutexLock lock(&mu_);
+  resume_charge_unsaved_ = false;
+  return absl::OkStatus();
 }
 
 void RunController::Shutdown() {

@@ -113,6 +113,14 @@ class RunController {
   // pushes in flight are cancelled. Idempotent.
   void Shutdown();
 
+  // A private run resumed in training has charged a round for a release its
+  // crash may have left unrecorded. Writes that charge to the state
+  // directory, to be called before the run serves: else a second crash
+  // before the next save would find the first charge missing and charge one
+  // round for two releases. OK at once for any other run; the store's error
+  // otherwise.
+  absl::Status SaveResumeCharge();
+
   // Registers a client. UNAUTHENTICATED for a wrong join token,
   // RESOURCE_EXHAUSTED at --max_clients, INVALID_ARGUMENT for a malformed
   // request, UNAVAILABLE when shutting down.
@@ -257,9 +265,18 @@ class RunController {
   void CloseEvaluationLocked(absl::string_view outcome, absl::Time now,
                              Effects* effects)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The run as it is now, for the store.
+  SavedRun SnapshotLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // With a store, the save of the run as it is now (to run outside the lock);
-  // null without one.
+  // null without one. A private run whose save fails stops training
+  // (StopAfterAFailedSave).
   std::function<void()> SaveLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Under central DP a round is released before its save, and a restart
+  // charges one round for a release it may have missed; a second release
+  // with the first still unsaved would be under-charged. So a private run
+  // whose save failed releases nothing more: training stops (stop_reason
+  // "state_not_saved") and the evaluation phase runs.
+  void StopAfterAFailedSave();
   void TimerLoop();
   void RunTimersLocked(absl::Time now, Effects* effects)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -303,6 +320,9 @@ class RunController {
   History history_ ABSL_GUARDED_BY(mu_);
   // Under central DP (strategy_.dp): the privacy spent and its budget.
   PrivacyLedger privacy_ ABSL_GUARDED_BY(mu_);
+  // A resumed private run's charge for a release its crash may have left
+  // unrecorded is not on disk yet (SaveResumeCharge).
+  bool resume_charge_unsaved_ ABSL_GUARDED_BY(mu_) = false;
 
   std::thread timer_;
 };

@@ -5,6 +5,7 @@
 #include <grpcpp/create_channel.h>
 
 #include <cmath>
+#include <filesystem>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -224,6 +225,59 @@ TEST_F(PrivacyServiceTest, AResumedRunKeepsTheEpsilonItSpent) {
   // Other privacy settings on the same directory are refused, as another
   // strategy would be.
   ExpectOtherSettingsRefused(o, "privacy settings");
+}
+
+// The round a resume charges for a release its crash may have left
+// unrecorded is on disk before the resumed run releases anything: a second
+// crash before the next save (here: a shutdown right after the resume) finds
+// that charge and adds its own, so two possible releases are charged twice,
+// not once.
+TEST_F(PrivacyServiceTest, AResumesChargeIsSavedBeforeAnythingIsReleased) {
+  testing::ScopedTempDir dir;
+  CoordinatorOptions o = PrivateRun(/*z=*/0.8);
+  o.max_rounds = 10;
+  o.state_dir = dir.Path("state");
+  Start(o);
+  {
+    auto clients = JoinAll(3);
+    TrainRound(clients, 1, 0.25f);
+    TrainRound(clients, 2, 0.25f);
+  }
+  server_.reset();
+  Start(o);
+  EXPECT_EQ(Status().privacy().rounds(), 3);
+  server_.reset();
+  Start(o);
+  PrivacyAccountant expected(o.dp_delta, 0);
+  for (int r = 0; r < 4; ++r) expected.Charge(1.0, 0.8);
+  EXPECT_EQ(Status().privacy().rounds(), 4);
+  EXPECT_DOUBLE_EQ(Status().privacy().epsilon(), expected.epsilon());
+}
+
+// A private run whose save fails releases no further round: the one just
+// released is unrecorded, and a restart charges one round for it, so a
+// second unrecorded release would be under-charged. Training stops; the
+// evaluation phase runs.
+TEST_F(PrivacyServiceTest, AFailedSaveStopsAPrivateRunsTraining) {
+  testing::ScopedTempDir dir;
+  CoordinatorOptions o = PrivateRun(/*z=*/0.8);
+  o.max_rounds = 10;
+  o.state_dir = dir.Path("state");
+  Start(o);
+  auto clients = JoinAll(3);
+  TrainRound(clients, 1, 0.25f);
+  EXPECT_EQ(Status().phase(), v1::PHASE_TRAINING);
+  // The state file's name taken by a directory: the next save's rename
+  // fails, whoever runs the test (root included).
+  const std::string state = dir.Path("state/state.binpb");
+  ASSERT_TRUE(std::filesystem::remove(state));
+  ASSERT_TRUE(std::filesystem::create_directory(state));
+  TrainRound(clients, 2, 0.25f);  // its reply comes after the failed save
+  const v1::GetStatusResponse status = Status();
+  EXPECT_EQ(status.phase(), v1::PHASE_EVALUATING);
+  EXPECT_EQ(status.stop_reason(), "state_not_saved");
+  EXPECT_EQ(status.round(), 2);
+  EXPECT_EQ(NextTask(*clients[0]).task.type(), v1::TASK_TYPE_EVALUATE);
 }
 
 // Before any round is released and recorded, the state still says which
