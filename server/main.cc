@@ -172,6 +172,18 @@ int Run() {
          host == "0.0.0.0" ? "127.0.0.1" : host, http->port());
   }
   const bool exit_on_done = absl::GetFlag(FLAGS_exit_on_done);
+  const absl::Duration done_grace = absl::GetFlag(FLAGS_done_grace);
+  // A run that was DONE when this process resumed it knows none of its
+  // clients, but an agent that missed DONE to the crash comes back within its
+  // backoff: it is served for the whole grace, each comer told DONE.
+  const bool done_at_start = controller.phase() == v1::PHASE_DONE;
+  const absl::Time serve_until = absl::Now() + done_grace;
+  if (exit_on_done && done_at_start) {
+    Logf(
+        "the run was done before this start: telling clients that come back "
+        "DONE for %s (--done_grace), then exiting",
+        absl::FormatDuration(done_grace));
+  }
   int exit_code = 0;
   for (;;) {
     const timespec tick = {0, 200 * 1000 * 1000};
@@ -181,10 +193,14 @@ int Run() {
       exit_code = sig == SIGTERM ? 0 : 128 + sig;
       break;
     }
+    if (exit_on_done && done_at_start) {
+      if (absl::Now() < serve_until) continue;
+      break;
+    }
     if (exit_on_done && controller.phase() == v1::PHASE_DONE) {
-      if (!controller.AwaitClientsDone(absl::GetFlag(FLAGS_done_grace))) {
+      if (!controller.AwaitClientsDone(done_grace)) {
         Logf("some clients were not told DONE within %s",
-             absl::FormatDuration(absl::GetFlag(FLAGS_done_grace)));
+             absl::FormatDuration(done_grace));
       }
       break;
     }

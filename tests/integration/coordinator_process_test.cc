@@ -188,17 +188,18 @@ TEST(CoordinatorProcessTest, KilledAndResumedRunMatchesTheUninterruptedOne) {
   std::filesystem::remove_all(dir, ignored);
 }
 
-TEST(CoordinatorProcessTest, ExitsByItselfOnceTheRunIsDone) {
-  ChildProcess coordinator(Command({"--model=mlp_2nn", "--min_clients=1",
-                                    "--max_rounds=1", "--done_grace=20s"}));
-  const int port = StartCoordinator(coordinator);
-  ASSERT_GT(port, 0) << coordinator.output();
+// One client joins the coordinator at `port` and takes its tasks (trains,
+// evaluates) until it is told DONE; returns whether it was.
+bool RunToDone(int port) {
   auto client = Connect(port);
-  ASSERT_TRUE(client->Join(v1::JoinRequest()).ok());
+  if (!client->Join(v1::JoinRequest()).ok()) return false;
   bool done = false;
   for (int polls = 0; polls < 10 && !done; ++polls) {
     auto task = client->RequestUpdate(absl::Seconds(5));
-    ASSERT_TRUE(task.ok()) << task.status();
+    if (!task.ok()) {
+      ADD_FAILURE() << task.status();
+      return false;
+    }
     switch (task->task.type()) {
       case v1::TASK_TYPE_TRAIN: {
         v1::UpdateHeader header;
@@ -206,7 +207,7 @@ TEST(CoordinatorProcessTest, ExitsByItselfOnceTheRunIsDone) {
         header.set_num_examples(10);
         header.set_train_loss(1.0);
         std::vector<float> delta(task->weights.size(), 0.001f);
-        ASSERT_TRUE(client->PushUpdate(header, delta).ok());
+        EXPECT_TRUE(client->PushUpdate(header, delta).ok());
         break;
       }
       case v1::TASK_TYPE_EVALUATE: {
@@ -214,7 +215,7 @@ TEST(CoordinatorProcessTest, ExitsByItselfOnceTheRunIsDone) {
         report.set_round(task->task.round());
         report.set_test_accuracy(0.5);
         report.set_num_examples(10);
-        ASSERT_TRUE(client->ReportEval(report).ok());
+        EXPECT_TRUE(client->ReportEval(report).ok());
         break;
       }
       case v1::TASK_TYPE_DONE:
@@ -224,12 +225,53 @@ TEST(CoordinatorProcessTest, ExitsByItselfOnceTheRunIsDone) {
         break;
     }
   }
-  ASSERT_TRUE(done);
+  return done;
+}
+
+TEST(CoordinatorProcessTest, ExitsByItselfOnceTheRunIsDone) {
+  ChildProcess coordinator(Command({"--model=mlp_2nn", "--min_clients=1",
+                                    "--max_rounds=1", "--done_grace=20s"}));
+  const int port = StartCoordinator(coordinator);
+  ASSERT_GT(port, 0) << coordinator.output();
+  ASSERT_TRUE(RunToDone(port));
   const std::optional<int> exit_code = coordinator.Wait(kTimeout);
   ASSERT_TRUE(exit_code.has_value()) << "still running after DONE";
   EXPECT_EQ(*exit_code, 0) << coordinator.output();
   EXPECT_THAT(coordinator.output(),
               HasSubstr("run done: 1 rounds (max_rounds)"));
+}
+
+// A coordinator resumed on a run that was already DONE knows none of its
+// clients, yet an agent that missed DONE to the crash comes back within its
+// backoff: it serves --done_grace, telling each one DONE, before it exits.
+// (Before, it exited 0.2 s after its start, and such an agent retried into
+// nothing until its reconnect_timeout, then failed.)
+TEST(CoordinatorProcessTest, AResumedFinishedRunTellsComersDoneForItsGrace) {
+  const std::string root = ::testing::TempDir() + "fedlearn-done-XXXXXX";
+  std::string dir = root;
+  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  const std::vector<std::string> command =
+      Command({"--model=mlp_2nn", "--min_clients=1", "--max_rounds=1",
+               "--done_grace=4s", "--state_dir=" + dir + "/state"});
+  {
+    ChildProcess first(command);
+    const int port = StartCoordinator(first);
+    ASSERT_GT(port, 0) << first.output();
+    ASSERT_TRUE(RunToDone(port));
+    ASSERT_EQ(first.Wait(kTimeout), std::optional<int>(0)) << first.output();
+  }
+  ChildProcess resumed(command);
+  const int port = StartCoordinator(resumed);
+  ASSERT_GT(port, 0) << resumed.output();
+  absl::SleepFor(absl::Seconds(1));  // an agent backing off
+  auto client = Connect(port);
+  ASSERT_TRUE(client->Join(v1::JoinRequest()).ok()) << resumed.output();
+  auto task = client->RequestUpdate(absl::Seconds(5));
+  ASSERT_TRUE(task.ok()) << task.status();
+  EXPECT_EQ(task->task.type(), v1::TASK_TYPE_DONE);
+  EXPECT_EQ(resumed.Wait(kTimeout), std::optional<int>(0)) << resumed.output();
+  std::error_code ignored;
+  std::filesystem::remove_all(dir, ignored);
 }
 
 TEST(CoordinatorProcessTest, BadFlagValueIsAClearError) {
