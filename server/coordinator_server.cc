@@ -18,6 +18,7 @@
 #include "common/safetensors.h"
 #include "common/status_macros.h"
 #include "common/tensor_codec.h"
+#include "google/protobuf/util/message_differencer.h"
 #include "grpc/health/v1/health.pb.h"
 #include "server/coordinator_service.h"
 #include "server/run_controller.h"
@@ -173,6 +174,16 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
       Strategy strategy, MakeStrategy(options.strategy, options.strategy_config,
                                       static_cast<size_t>(spec.num_parameters),
                                       budget, options.Privacy()));
+  if (resume.has_value() && resume->state.has_strategy_config() &&
+      !google::protobuf::util::MessageDifferencer::Equals(
+          resume->state.strategy_config(), strategy.config)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        options.state_dir, " holds a run of strategy ", strategy.name,
+        " with {", resume->state.strategy_config().ShortDebugString(),
+        "}, not {", strategy.config.ShortDebugString(),
+        "}: resume it with the same --strategy_config, or use another "
+        "--state_dir"));
+  }
   FEDLEARN_RETURN_IF_ERROR(
       RunController::CheckStrategy(options, strategy, budget));
   if (strategy.aggregator->bytes_per_update() > 0 &&

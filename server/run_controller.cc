@@ -244,6 +244,7 @@ SavedRun RunController::SnapshotLocked() const {
   s.set_model_round(version_);
   s.set_mode(std::string(scheduler_->mode()));
   s.set_strategy(strategy_.name);
+  *s.mutable_strategy_config() = strategy_.config;
   // A handle per record: the save writes their bytes, outside the lock.
   run.records = history_.Latest(std::numeric_limits<size_t>::max());
   if (const std::optional<double> loss = stop_.previous_loss(); loss) {

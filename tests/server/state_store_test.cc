@@ -627,7 +627,19 @@ TEST(ResumeStrategyTest, ResumedFedAdamRunMatchesTheUninterruptedOne) {
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(refused.status().message(),
               HasSubstr("holds a run of strategy fedadam, not fedavg"));
-  auto resumed = CoordinatorServer::Start(options_for("split"), "127.0.0.1:0");
+  // Nor can the same strategy with other knobs: m and v were made with these.
+  CoordinatorOptions other_rate = options_for("split");
+  other_rate.strategy_config.set_server_learning_rate(0.2);
+  refused = CoordinatorServer::Start(other_rate, "127.0.0.1:0");
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("with {server_learning_rate: 0.1 "));
+  EXPECT_THAT(refused.status().message(),
+              HasSubstr("not {server_learning_rate: 0.2 "));
+  // Knobs left to their defaults are the defaults written out: the same.
+  CoordinatorOptions spelled_out = options_for("split");
+  spelled_out.strategy_config.set_beta_1(0.9);
+  auto resumed = CoordinatorServer::Start(spelled_out, "127.0.0.1:0");
   ASSERT_TRUE(resumed.ok()) << resumed.status();
   Train(**resumed, 3, 4);
   EXPECT_EQ(*(*resumed)->controller().global_weights(), straight);
