@@ -124,6 +124,21 @@ class Summary:
     upload_seconds: float = 0.0
 
 
+@dataclasses.dataclass
+class _HeldUpdate:
+    """An update whose push a restarted coordinator refused, kept for its round."""
+
+    run_id: str
+    round: int
+    weights_crcs: List[int]  # of the weights it was trained from
+    header: Any  # UpdateHeader
+    payloads: List[Payload]
+
+    def same_task(self, run_id: str, round_: int, weights_crcs: List[int]) -> bool:
+        return (self.run_id, self.round, self.weights_crcs) == (run_id, round_,
+                                                               weights_crcs)
+
+
 class Client:
     """One federated client. ``run()`` is called once, from one thread; ``stop()`` may
     be called from any thread and makes ``run()`` return soon.
@@ -200,6 +215,12 @@ class Client:
         # The weights are received into these every round (one model's bytes, made at
         # the first task after each join); fit and evaluate get copies.
         self._buffers: Optional[List[np.ndarray]] = None
+        # The CRC-32Cs of the last weights received (Reassembler.tensor_crcs).
+        self._weights_crcs: List[int] = []
+        # An update a restarted coordinator refused for an identity it no longer
+        # knew (NOT_FOUND, then a join): pushed again, without calling fit, if the same
+        # run's same round comes back with the same weights, as the C++ agent does.
+        self._held: Optional[_HeldUpdate] = None
         self.summary = Summary()
 
     # -----------------------------------------------------------------------------
@@ -451,6 +472,7 @@ class Client:
         if weights is None:
             return task, None
         tensors = weights.finish()
+        self._weights_crcs = weights.tensor_crcs
         received = weights.received_bytes
         if task.payload_bytes and received != task.payload_bytes:
             raise ProtocolError(f"received {received} payload bytes, the task "
@@ -474,6 +496,12 @@ class Client:
         # gets reconnect_timeout (_push).
         push_by = (time.monotonic() + task.deadline_ms / 1000.0 + PUSH_GRACE_S
                    if task.deadline_ms > 0 else None)
+        held, self._held = self._held, None
+        if held is not None and held.same_task(self.joined.run_id, task.round,
+                                               self._weights_crcs):
+            held.header.client_id = self.joined.client_id
+            self._push(held.header, held.payloads, push_by)
+            return
         with _Heartbeats(self, plan):
             result = self._fit([w.copy() for w in weights], plan)
         self.summary.fit_seconds += time.perf_counter() - started
@@ -499,7 +527,10 @@ class Client:
             num_validation_examples=int(metrics.get("num_validation_examples", 0)),
             encoding=(self._pb2.ENCODING_QUANTIZED if self._int8
                       else self._pb2.ENCODING_DENSE))
-        self._push(header, delta, push_by)
+        payloads = [encode(d, self._int8)[0] for d in delta]
+        if self._push(header, payloads, push_by) == "rejoined":
+            self._held = _HeldUpdate(self.joined.run_id, task.round,
+                                     self._weights_crcs, header, payloads)
 
     def _deliver(self, send: Callable[[], Any], what: str) -> str:
         """Sends a result of this client's task (an update, an evaluation) until it
@@ -536,12 +567,12 @@ class Client:
             return "sent"
         return "stopped"
 
-    def _push(self, header: Any, delta: Weights, push_by: Optional[float]) -> None:
-        """Pushes one update, each attempt giving up at ``push_by`` (time.monotonic;
-        None: after reconnect_timeout); an update the round no longer wants is
-        dropped."""
+    def _push(self, header: Any, payloads: List[Payload],
+              push_by: Optional[float]) -> str:
+        """Pushes one update's encoded ``payloads``, each attempt giving up at
+        ``push_by`` (time.monotonic; None: after reconnect_timeout); returns what
+        _deliver did with it (an update the round no longer wants is dropped)."""
         started = time.perf_counter()
-        payloads = [encode(d, self._int8)[0] for d in delta]
         attempt: Dict[str, float] = {}
 
         def send() -> None:
@@ -561,6 +592,7 @@ class Client:
         elif outcome == "refused":
             self.summary.updates_rejected += 1
         self.summary.protocol_seconds += time.perf_counter() - started
+        return outcome
 
     def push_update(self, header: Any, payloads: Sequence[Payload],
                     timeout: Optional[float] = 120) -> Any:

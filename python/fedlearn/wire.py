@@ -142,6 +142,9 @@ class Reassembler:
         self._buffers = buffers
         self._arrays: List[np.ndarray] = []
         self.received_bytes = 0  # payload bytes of the chunks added
+        # Each complete tensor's CRC-32C, as checked: what the model was, in a few
+        # bytes (Client tells a round's weights from another's by them).
+        self.tensor_crcs: List[int] = []
         self._start_tensor(0)
 
     def _start_tensor(self, index: int) -> None:
@@ -201,6 +204,7 @@ class Reassembler:
                                 "bytes")
         if self._running != c.tensor_crc32c:
             raise ProtocolError(f"{t.name}: tensor CRC-32C mismatch")
+        self.tensor_crcs.append(self._running)
         values = self._payload.view("<f4").reshape(self._shape)
         if not np.isfinite(values).all():
             raise ProtocolError(f"{t.name}: weights are not all finite")

@@ -297,13 +297,17 @@ class ClientTest(unittest.TestCase):
     def test_a_restarted_coordinator_is_joined_again(self):
         # The coordinator is killed after round 1 and restarted on the same port and
         # state directory: the client backs off while it is gone, is told NOT_FOUND by
-        # the new process (which never saw it), joins again and finishes the run.
+        # the new process (which never saw it), joins again and finishes the run. The
+        # resumed run asks for round 2 again with the same weights: the update trained
+        # for it is pushed again, not trained again (as the C++ agent does).
         flags, port = restartable("--model=mlp_2nn", "--min_clients=1",
                                   "--max_rounds=3", "--convergence_threshold=-inf")
         first = Coordinator(*flags, port=port).__enter__()
         killed = threading.Event()
+        rounds_fit = []
 
         def fit(weights, plan):
+            rounds_fit.append(plan.round)
             if plan.round == 2 and not killed.is_set():
                 first.process.kill()
                 first.process.wait()
@@ -323,6 +327,9 @@ class ClientTest(unittest.TestCase):
         os.unlink(first.log_path)
         self.assertIn("s", result)
         self.assertEqual(result["s"].joins, 2)
+        self.assertEqual(rounds_fit, [1, 2, 3])
+        self.assertEqual(result["s"].rounds_trained, 3)
+        self.assertEqual(result["s"].updates_rejected, 0)
         self.assertEqual(status.phase, 4)  # DONE
         self.assertEqual(len([r for r in status.history if not r.evaluation]), 3)
 
