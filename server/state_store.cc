@@ -27,6 +27,11 @@ namespace {
 
 constexpr char kStateFile[] = "state.binpb";
 
+// A history file's element: field `history` of CoordinatorState,
+// length-delimited (wire type 2).
+constexpr uint32_t kHistoryTag =
+    (v1::CoordinatorState::kHistoryFieldNumber << 3) | 2;
+
 // Records [from, end) of `records`, each as an element of a CoordinatorState's
 // history (its tag, length and wire form): bytes that parse as a
 // CoordinatorState holding those records, and that may follow others of their
@@ -34,9 +39,7 @@ constexpr char kStateFile[] = "state.binpb";
 std::string EncodeRecords(const std::vector<History::Record>& records,
                           size_t from) {
   using google::protobuf::io::CodedOutputStream;
-  // Field `history`, length-delimited (wire type 2).
-  constexpr uint32_t kTag =
-      (v1::CoordinatorState::kHistoryFieldNumber << 3) | 2;
+  constexpr uint32_t kTag = kHistoryTag;
   size_t size = 0;
   for (size_t i = from; i < records.size(); ++i) {
     const size_t n = records[i].wire().size();
@@ -117,6 +120,40 @@ void RemoveOthers(const std::string& dir, absl::string_view prefix,
 }
 
 // Appends to `state`'s history the records of the history file it names in
+// Reads a varint at `*at` of `bytes`, moving `*at` past it; false if none
+// fits there.
+bool ReadVarint(absl::string_view bytes, size_t* at, uint64_t* value) {
+  *value = 0;
+  for (int shift = 0; shift < 64 && *at < bytes.size(); shift += 7) {
+    const auto byte = static_cast<uint8_t>(bytes[(*at)++]);
+    *value |= static_cast<uint64_t>(byte & 0x7f) << shift;
+    if ((byte & 0x80) == 0) return true;
+  }
+  return false;
+}
+
+// The records of a history file's `bytes` (EncodeRecords' form), appended to
+// `out` one by one: protobuf parses no message over 2 GiB, and a long run's
+// history file may grow past that. False if the bytes are anything else.
+bool DecodeRecords(absl::string_view bytes,
+                   google::protobuf::RepeatedPtrField<v1::RoundRecord>* out) {
+  size_t at = 0;
+  while (at < bytes.size()) {
+    uint64_t tag = 0, size = 0;
+    if (!ReadVarint(bytes, &at, &tag) || tag != kHistoryTag ||
+        !ReadVarint(bytes, &at, &size) || size > bytes.size() - at ||
+        size > static_cast<uint64_t>(std::numeric_limits<int>::max())) {
+      return false;
+    }
+    if (!out->Add()->ParseFromArray(bytes.data() + at,
+                                    static_cast<int>(size))) {
+      return false;
+    }
+    at += size;
+  }
+  return true;
+}
+
 // `dir` (read from `state_path`), and returns the file's generation; nullopt
 // when it names none. DATA_LOSS or INVALID_ARGUMENT, naming the file, when
 // the file is missing, shorter than the state says or damaged.
@@ -139,12 +176,10 @@ absl::StatusOr<std::optional<int64_t>> LoadHistoryFile(
                      "\" is not one of run \"", state->run_id(), "\""));
   }
   const int64_t size = state->history_bytes();
-  if (size < 0 || size > std::numeric_limits<int>::max() ||
-      state->history_records() < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(state_path, ": names ", state->history_records(),
-                     " records in ", size, " bytes of ", state->history_file(),
-                     " (at most 2 GiB of history are read)"));
+  if (size < 0 || state->history_records() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        state_path, ": names ", state->history_records(), " records in ", size,
+        " bytes of ", state->history_file()));
   }
   const std::string path = absl::StrCat(dir, "/", state->history_file());
   absl::StatusOr<std::string> bytes = ReadFileToString(path);
@@ -158,16 +193,11 @@ absl::StatusOr<std::optional<int64_t>> LoadHistoryFile(
                                             " bytes, ", state_path, " names ",
                                             size, " (truncated?)"));
   }
-  v1::CoordinatorState file;
-  if (!file.ParseFromArray(bytes->data(), static_cast<int>(size))) {
-    return absl::DataLossError(
-        absl::StrCat(path, ": not a history (damaged?)"));
-  }
   google::protobuf::RepeatedPtrField<v1::RoundRecord> records;
-  records.Swap(file.mutable_history());
-  if (file.ByteSizeLong() != 0) {
-    return absl::DataLossError(
-        absl::StrCat(path, ": holds more than history records (damaged?)"));
+  if (!DecodeRecords(absl::string_view(*bytes).substr(0, size), &records)) {
+    return absl::DataLossError(absl::StrCat(
+        path, ": not a history of records only (damaged?) in its first ", size,
+        " bytes"));
   }
   if (records.size() != state->history_records()) {
     return absl::DataLossError(absl::StrCat(

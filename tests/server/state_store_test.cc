@@ -385,7 +385,7 @@ TEST(StateStoreTest, AMissingShortOrDamagedHistoryFileIsDataLoss) {
   other[0] =
       static_cast<char>((v1::CoordinatorState::kRunIdFieldNumber << 3) | 2);
   testing::WriteBytes(file, other);
-  expect_data_loss("more than history records");
+  expect_data_loss("not a history of records only");
   testing::WriteBytes(file, clean);
   EXPECT_TRUE((*store)->Load(Mlp()).ok());
 }
