@@ -118,6 +118,9 @@ class StagingPool {
     bool reclaimed = false;
   };
 
+  // Drops the cancelled waiters (tombstones) at both ends of the queue, so
+  // that its front, if any, is a live waiter.
+  void TrimLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Grants a buffer to `waiter` at `now` (under the lock).
   void GrantLocked(Waiter& waiter, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -129,7 +132,10 @@ class StagingPool {
   const Policy policy_;
   mutable absl::Mutex mu_;
   std::vector<Buffer> free_ ABSL_GUARDED_BY(mu_);
+  // In id order; a cancelled one stays as a tombstone (no callback) until it
+  // reaches either end. num_waiting_ counts the live ones.
   std::deque<Waiter> waiters_ ABSL_GUARDED_BY(mu_);
+  size_t num_waiting_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<uint64_t, Held> leases_ ABSL_GUARDED_BY(mu_);
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
   // Bytes/s of the last kRecentUploads finished uploads, oldest first.

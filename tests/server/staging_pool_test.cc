@@ -190,6 +190,34 @@ TEST(StagingPoolTest, CancelOfAQueuedWaiterCallsItWithNullptrOnce) {
   EXPECT_EQ(pool.in_use(), 1);
 }
 
+// A quorum's close cancels many waiting pushes at once, in any order: each
+// leaves the queue (waiting() counts only the live ones), and buffers go on
+// to the remaining waiters first come, first served.
+TEST(StagingPoolTest, CancelsAnywhereInTheQueueKeepItsOrder) {
+  StagingPool pool(1, 4);
+  Recorder rec;
+  rec.Acquire(pool, 0);
+  for (int w = 1; w <= 7; ++w) rec.Acquire(pool, w);
+  EXPECT_EQ(pool.waiting(), 7);
+  for (int w : {4, 2, 7, 1}) pool.Cancel(rec.ids[w]);  // middle, ends
+  EXPECT_EQ(pool.waiting(), 3);
+  for (int w : {4, 2, 7, 1}) pool.Cancel(rec.ids[w]);  // again: nothing
+  EXPECT_EQ(pool.waiting(), 3);
+  ASSERT_THAT(rec.Order(), ElementsAre(0, 4, 2, 7, 1));
+  for (size_t i = 1; i < rec.calls.size(); ++i) {
+    EXPECT_EQ(rec.calls[i].buffer, nullptr);
+  }
+  rec.Release(pool, 0);
+  rec.Release(pool, 3);
+  rec.Release(pool, 5);
+  EXPECT_THAT(rec.Order(), ElementsAre(0, 4, 2, 7, 1, 3, 5, 6));
+  EXPECT_NE(rec.calls.back().buffer, nullptr);
+  EXPECT_EQ(pool.waiting(), 0);
+  EXPECT_EQ(pool.in_use(), 1);
+  rec.Acquire(pool, 8);  // queued behind waiter 6 again
+  EXPECT_EQ(pool.waiting(), 1);
+}
+
 TEST(StagingPoolTest, CancelOfAServedIdDoesNothing) {
   StagingPool pool(1, 4);
   Recorder rec;
