@@ -56,6 +56,11 @@ class History {
     // The record as appended; without its selected_clients and
     // accepted_clients unless `client_ids`.
     void CopyTo(v1::RoundRecord* out, bool client_ids) const;
+    // The bytes CopyTo parses: the record's wire size, with its client ids or
+    // without.
+    size_t WireSize(bool client_ids) const {
+      return client_ids ? size_ : summary_size_;
+    }
     // The record's wire form, client ids included: a RoundRecord's, for
     // writing it out without parsing it.
     absl::string_view wire() const { return {data_, size_}; }

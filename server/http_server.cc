@@ -135,7 +135,8 @@ void HttpServer::Impl::Routes() {
   server->Get("/api/history.csv", [this](const httplib::Request&,
                                          httplib::Response& res) {
     const v1::GetStatusResponse status = controller->GetStatus(
-        ClientPage{0, 0}, nullptr, std::numeric_limits<size_t>::max());
+        ClientPage{0, 0}, nullptr, std::numeric_limits<size_t>::max(),
+        /*client_ids=*/false, std::numeric_limits<size_t>::max());
     res.set_header("Cache-Control", "no-store");
     res.set_header("Content-Disposition",
                    absl::StrCat("inline; filename=\"fedlearn-", status.run_id(),

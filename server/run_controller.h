@@ -45,6 +45,11 @@ struct ClientPage {
 // at most.
 inline constexpr size_t kDefaultHistory = 100;
 inline constexpr size_t kMaxHistory = 10000;
+// And at most this many bytes of them, as they travel (client ids included
+// when asked for): the newest records that fit. A status reply must stay
+// under the largest message the coordinator sends (kMaxChunkBytes + 64 KiB,
+// coordinator_server.cc), and a round of 10,000 clients' ids is 240 KB.
+inline constexpr size_t kMaxStatusHistoryBytes = size_t{512} << 10;
 
 // What a GetStatusRequest asks a status to show: a page of clients (size 0 is
 // 100, above 1000 is 1000; the token one a status gave, next_client_page_token)
@@ -179,15 +184,16 @@ class RunController {
       const v1::HeartbeatRequest& request);
 
   // The run as GetStatus reports it, listing the clients of `page` (and
-  // counting every one) and the latest `history` records (and counting every
-  // one), the records' client ids only when `client_ids` (as
-  // GetStatusRequest.client_ids). With `counters`, also the run's counters of
-  // the same moment (one lock), for /metrics. The lock is held for the page
-  // and a pointer per record; the records are copied after it is released.
-  v1::GetStatusResponse GetStatus(const ClientPage& page = ClientPage(),
-                                  RunCounters* counters = nullptr,
-                                  size_t history = kDefaultHistory,
-                                  bool client_ids = false) const;
+  // counting every one) and the latest `history` records that fit in
+  // `history_bytes` (and counting every one), the records' client ids only
+  // when `client_ids` (as GetStatusRequest.client_ids). With `counters`, also
+  // the run's counters of the same moment (one lock), for /metrics. The lock
+  // is held for the page and a pointer per record; the records are copied
+  // after it is released.
+  v1::GetStatusResponse GetStatus(
+      const ClientPage& page = ClientPage(), RunCounters* counters = nullptr,
+      size_t history = kDefaultHistory, bool client_ids = false,
+      size_t history_bytes = kMaxStatusHistoryBytes) const;
 
   // The current global weights; with `rounds`, also the number of model
   // versions made (rounds folded into them).

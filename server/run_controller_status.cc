@@ -60,8 +60,8 @@ absl::StatusOr<StatusQuery> ParseStatusRequest(
 
 v1::GetStatusResponse RunController::GetStatus(const ClientPage& page,
                                                RunCounters* counters,
-                                               size_t history,
-                                               bool client_ids) const {
+                                               size_t history, bool client_ids,
+                                               size_t history_bytes) const {
   v1::GetStatusResponse status;
   std::vector<History::Record> records;
   {
@@ -70,10 +70,16 @@ v1::GetStatusResponse RunController::GetStatus(const ClientPage& page,
     status.set_history_total(static_cast<int64_t>(history_.size()));
     StatusLocked(page, counters, client_ids, &status);
   }
+  // The newest that fit in `history_bytes` (the newest one always).
+  size_t bytes = 0, fit = 0;
+  for (auto it = records.rbegin(); it != records.rend(); ++it, ++fit) {
+    bytes += it->WireSize(client_ids);
+    if (fit > 0 && bytes > history_bytes) break;
+  }
   // The records are immutable: copied without the lock.
-  status.mutable_history()->Reserve(static_cast<int>(records.size()));
-  for (const History::Record& record : records) {
-    record.CopyTo(status.add_history(), client_ids);
+  status.mutable_history()->Reserve(static_cast<int>(fit));
+  for (size_t i = records.size() - fit; i < records.size(); ++i) {
+    records[i].CopyTo(status.add_history(), client_ids);
   }
   return status;
 }

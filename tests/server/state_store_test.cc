@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/coordinator_client.h"
 #include "common/model_spec.h"
+#include "fedlearn/v1/coordinator.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
@@ -737,6 +738,51 @@ TEST_F(ResumeTest, AResumedEvaluationWaitsForMinClients) {
   const v1::GetStatusResponse status = server->controller().GetStatus();
   EXPECT_EQ(status.final_evaluation().num_clients(), 3);
   EXPECT_EQ(status.final_evaluation().num_examples(), 60);
+}
+
+// A status reply carries the newest records that fit in a message: a run
+// whose records list thousands of clients (here a resumed one, 100 rounds of
+// 1,000 selected clients, 1.2 MB of ids) answers GetStatus with client ids
+// instead of failing at send (RESOURCE_EXHAUSTED: larger than the 1 MiB a
+// reply may be).
+TEST_F(ResumeTest, AStatusCarriesTheNewestRecordsThatFitInAReply) {
+  {
+    SavedRun run = SomeRun(/*model_round=*/100, 0.25f);
+    for (v1::RoundRecord& record : *run.state.mutable_history()) {
+      for (int c = 0; c < 1000; ++c) {
+        record.add_selected_clients(absl::StrCat("client-", 1000 + c));
+      }
+    }
+    auto store = StateStore::Open(dir_.path().string());
+    ASSERT_TRUE(store.ok()) << store.status();
+    ASSERT_TRUE((*store)->Save(Mlp(), run).ok());
+  }
+  auto server = Start();
+  ASSERT_NE(server, nullptr);
+  auto stub = v1::Coordinator::NewStub(
+      grpc::CreateChannel(absl::StrCat("127.0.0.1:", server->port()),
+                          grpc::InsecureChannelCredentials()));
+  for (const bool ids : {true, false}) {
+    grpc::ClientContext context;
+    v1::GetStatusRequest request;
+    request.set_history_size(10000);
+    request.set_client_ids(ids);
+    v1::GetStatusResponse status;
+    const grpc::Status s = stub->GetStatus(&context, request, &status);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(status.history_total(), 100);
+    EXPECT_LE(status.ByteSizeLong(), size_t{1} << 20);
+    ASSERT_GT(status.history_size(), 0);
+    EXPECT_EQ(status.history(status.history_size() - 1).round(), 100);
+    if (ids) {
+      // 12 bytes an id: about 42 records of 12 KB in 512 KiB.
+      EXPECT_GT(status.history_size(), 30);
+      EXPECT_LT(status.history_size(), 50);
+      EXPECT_EQ(status.history(0).selected_clients_size(), 1000);
+    } else {
+      EXPECT_EQ(status.history_size(), 100);
+    }
+  }
 }
 
 TEST_F(ResumeTest, FinishedRunStaysDone) {
