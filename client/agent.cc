@@ -390,6 +390,7 @@ absl::Status Agent::Join() {
   request.set_display_name(options_.display_name);
   request.set_num_train_examples(options_.num_train_examples);
   request.set_num_test_examples(options_.num_test_examples);
+  request.set_no_evaluation(!options_.evaluates);
   if (!options_.session_file.empty()) {
     // "<client id>\n<session token>\n" of this agent's last join, if any.
     absl::StatusOr<std::string> saved = ReadFileToString(options_.session_file);

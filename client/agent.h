@@ -53,6 +53,9 @@ struct AgentOptions {
                              // the prefix of this agent's log lines
   int64_t num_train_examples = 0;  // told at Join, for information only
   int64_t num_test_examples = 0;
+  // Whether the trainer can evaluate (it has test data); false asks the
+  // coordinator never to send EVALUATE (JoinRequest.no_evaluation).
+  bool evaluates = true;
 
   // Reconnecting: after a call fails UNAVAILABLE, DEADLINE_EXCEEDED or
   // CANCELLED, wait initial_backoff, doubling per failure up to max_backoff,

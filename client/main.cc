@@ -310,6 +310,7 @@ int Run() {
     }
     options.num_train_examples = slot.train.size();
     options.num_test_examples = slot.test.size();
+    options.evaluates = slot.test.size() > 0;
     options.max_backoff = max_backoff;
     options.reconnect_timeout = absl::GetFlag(FLAGS_reconnect_timeout);
     options.poll_wait = absl::GetFlag(FLAGS_poll_wait);

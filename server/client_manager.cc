@@ -16,7 +16,8 @@ ClientManager::ClientManager(Options options)
     : options_(options), sampler_(options.seed) {}
 
 absl::StatusOr<const Client*> ClientManager::Register(
-    absl::string_view display_name, absl::Time now, const Client* replacing) {
+    absl::string_view display_name, absl::Time now, const Client* replacing,
+    bool evaluates) {
   const int alive = CountAlive(now) -
                     (replacing != nullptr && IsAlive(*replacing, now) ? 1 : 0);
   if (alive >= options_.max_clients) {
@@ -29,6 +30,7 @@ absl::StatusOr<const Client*> ClientManager::Register(
   client->id = absl::StrCat("client-", client->index + 1);
   client->token = RandomHex(16);
   client->display_name = std::string(display_name);
+  client->evaluates = evaluates;
   client->last_seen = now;
   Client* c = client.get();
   by_id_[c->id] = c;

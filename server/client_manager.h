@@ -37,6 +37,9 @@ struct Client {
   // for good; until it is forgotten, its calls are told who replaced it.
   std::string replaced_by;
   bool told_done = false;
+  // It can evaluate (JoinRequest.no_evaluation unset): only such clients are
+  // sent EVALUATE.
+  bool evaluates = true;
   // Progress from its heartbeats.
   int64_t batches_done = 0;
   int64_t batches_total = 0;
@@ -100,10 +103,12 @@ class ClientManager {
   // returns) is valid until Forget drops the client. RESOURCE_EXHAUSTED when
   // max_clients are alive already (gone and retired clients do not count, so a
   // long run with churn is never locked out), unless it is `replacing` an alive
-  // one (Retirable: a restarted agent naming its old identity).
+  // one (Retirable: a restarted agent naming its old identity). `evaluates`:
+  // Client::evaluates.
   absl::StatusOr<const Client*> Register(absl::string_view display_name,
                                          absl::Time now,
-                                         const Client* replacing = nullptr);
+                                         const Client* replacing = nullptr,
+                                         bool evaluates = true);
 
   // The client Retire would retire: `previous_id` when `token` is its session
   // token and it is not retired already; nullptr otherwise.

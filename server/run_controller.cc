@@ -392,7 +392,8 @@ absl::StatusOr<v1::JoinResponse> RunController::Join(
     absl::StatusOr<const Client*> client =
         clients_.Register(request.display_name(), now,
                           clients_.Retirable(request.previous_client_id(),
-                                             request.previous_session_token()));
+                                             request.previous_session_token()),
+                          /*evaluates=*/!request.no_evaluation());
     if (!client.ok()) return client.status();
     response.set_client_id((*client)->id);
     response.set_session_token((*client)->token);
@@ -519,7 +520,23 @@ void RunController::MaybeStartLocked(absl::Time now, Effects* effects) {
     const int num_ready = clients_.CountReady(now);
     if (num_ready == 0 || num_ready < options_.min_clients) return;
     std::vector<std::string> ready = clients_.Ready(now);
-    // Every ready client evaluates the final weights, or a sample of
+    ready.erase(std::remove_if(ready.begin(), ready.end(),
+                               [this](const std::string& id)
+                                   ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                                     return !clients_.Find(id)->evaluates;
+                                   }),
+                ready.end());
+    if (ready.empty()) {
+      // Nobody here can evaluate: waiting would not change that, and an
+      // attempt would only wait out its deadline, again and again.
+      FinishLocked(
+          absl::StrCat("run done: ", version_, " rounds (", stop_reason_,
+                       "), no final evaluation: none of the ", num_ready,
+                       " ready clients evaluates (JoinRequest.no_evaluation)"),
+          now, effects);
+      return;
+    }
+    // Every ready client that evaluates the final weights, or a sample of
     // --eval_clients of them.
     if (options_.eval_clients > 0 &&
         static_cast<int>(ready.size()) > options_.eval_clients) {
@@ -786,26 +803,36 @@ void RunController::CloseEvaluationLocked(absl::string_view outcome,
   } else {
     const v1::EvaluationResult& result = *closed.result;
     final_evaluation_ = result;
-    phase_ = v1::PHASE_DONE;
-    Task done;
-    done.type = v1::TASK_TYPE_DONE;
-    done.round = version_;
-    SetDefaultLocked(std::move(done), now, effects);
     Logf(
         "round %d: evaluation closed (%s): test loss %.4f accuracy %.4f over "
         "%d examples",
         closed.record.round(), outcome, result.test_loss(),
         result.test_accuracy(), result.num_examples());
-    Logf(
-        "run done: %d rounds (%s), final test accuracy %.2f%%, %.1f MB "
-        "received, %.1f MB sent",
-        version_, stop_reason_, 100 * result.test_accuracy(),
-        history_.bytes_received() / 1e6, history_.bytes_sent() / 1e6);
+    history_.Append(std::move(closed.record));
+    FinishLocked(absl::StrFormat("run done: %d rounds (%s), final test "
+                                 "accuracy %.2f%%",
+                                 version_, stop_reason_,
+                                 100 * result.test_accuracy()),
+                 now, effects);
+    return;
   }
   history_.Append(std::move(closed.record));
   effects->save = SaveLocked();
   timer_dirty_ = true;
   MaybeStartLocked(now, effects);
+}
+
+void RunController::FinishLocked(const std::string& summary, absl::Time now,
+                                 Effects* effects) {
+  phase_ = v1::PHASE_DONE;
+  Task done;
+  done.type = v1::TASK_TYPE_DONE;
+  done.round = version_;
+  SetDefaultLocked(std::move(done), now, effects);
+  Logf("%s, %.1f MB received, %.1f MB sent", summary,
+       history_.bytes_received() / 1e6, history_.bytes_sent() / 1e6);
+  effects->save = SaveLocked();
+  timer_dirty_ = true;
 }
 
 absl::Status RunController::ReportEval(const v1::ReportEvalRequest& request) {

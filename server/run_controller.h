@@ -283,6 +283,10 @@ class RunController {
   // whose save failed releases nothing more: training stops (stop_reason
   // "state_not_saved") and the evaluation phase runs.
   void StopAfterAFailedSave();
+  // The run is DONE: every poll is answered DONE from now on, `summary`
+  // (with the byte totals) is logged and the run saved.
+  void FinishLocked(const std::string& summary, absl::Time now,
+                    Effects* effects) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void TimerLoop();
   void RunTimersLocked(absl::Time now, Effects* effects)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

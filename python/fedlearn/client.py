@@ -146,7 +146,8 @@ class Client:
     Args:
       coordinator: ``HOST:PORT`` of the coordinator's gRPC port.
       fit: trains on the task's weights (see ``FitFn``).
-      evaluate: evaluates the final weights (see ``EvaluateFn``); None reports nothing.
+      evaluate: evaluates the final weights (see ``EvaluateFn``); None: the client joins
+        saying it does not evaluate, and the coordinator never asks it to.
       returns: whether ``fit`` returns new ``"weights"`` (the default) or a ``"delta"``.
       update_encoding: ``"dense"`` (float32) or ``"int8"`` (a quarter of the bytes).
       join_token, display_name, num_train_examples, num_test_examples: sent at Join.
@@ -185,9 +186,13 @@ class Client:
         self._evaluate = evaluate
         self._returns = returns
         self._int8 = update_encoding == "int8"
+        # Without evaluate, the coordinator never asks this client to evaluate: an
+        # evaluation attempt would otherwise wait for its report until the deadline,
+        # again and again.
         self._join_request = self._pb2.JoinRequest(
             join_token=join_token, display_name=display_name,
-            num_train_examples=num_train_examples, num_test_examples=num_test_examples)
+            num_train_examples=num_train_examples, num_test_examples=num_test_examples,
+            no_evaluation=evaluate is None)
         self._max_backoff = max_backoff
         self._reconnect_timeout = reconnect_timeout
         self._poll_wait = poll_wait

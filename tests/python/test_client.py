@@ -209,6 +209,23 @@ class ClientTest(unittest.TestCase):
             self.assertIn(f"joined again as {second.joined.client_id}",
                           e.exception.details())
 
+    def test_a_client_without_evaluate_is_never_asked_to_evaluate(self):
+        # It joins saying so (JoinRequest.no_evaluation): the evaluation asks the
+        # other client only and closes on its report, where before it waited for a
+        # report that could not come until its deadline, and then again.
+        with Coordinator("--model=mlp_2nn", "--min_clients=2", "--clients_per_round=2",
+                         "--max_rounds=1", "--eval_timeout=60s") as c:
+            fit = lambda w, p: ([x + 0.001 for x in w], 10, {"loss": 1.0})
+            plain = fedlearn.Client(c.address, fit)
+            evaluating = fedlearn.Client(c.address, fit, lambda w, p: (0.5, 0.75, 20))
+            started = time.monotonic()
+            summaries = run_clients([plain, evaluating])
+            self.assertLess(time.monotonic() - started, 30)
+            status = get_status(c.address)
+        self.assertEqual(status.phase, 4)  # DONE
+        self.assertEqual(status.final_evaluation.num_clients, 1)
+        self.assertEqual([s.evaluations for s in summaries], [0, 1])
+
     def test_two_running_clients_cannot_share_a_session_file(self):
         # They would retire each other at every re-join, each presenting the identity
         # the other saved: the second is refused before it joins, the first goes on,

@@ -150,6 +150,57 @@ std::vector<std::string> SampledNames(const std::vector<std::string>& order) {
 // on its own (within a second) wakes it. Were it not woken, each of these
 // polls, started just after the last one was answered, would wait for the
 // next tick, about a second.
+// A client that joined saying it does not evaluate (a Python SDK client
+// without an evaluate function) is never sent EVALUATE: the attempt asks the
+// others, and closes on their reports instead of waiting for one that cannot
+// come.
+TEST_F(RunControllerTest, AClientThatDoesNotEvaluateIsNeverAskedTo) {
+  CoordinatorOptions o = SmallRun();
+  o.max_rounds = 1;
+  Start(o);
+  auto clients = JoinAll(2);
+  clients.push_back(std::make_unique<CoordinatorClient>(channel_));
+  v1::JoinRequest request;
+  request.set_no_evaluation(true);
+  ASSERT_TRUE(clients.back()->Join(request).ok());
+  for (auto& c : clients) testing::TrainConstant(*c, 1, 0.01f);
+  ASSERT_EQ(Status().phase(), v1::PHASE_EVALUATING);
+  EXPECT_EQ(Status().current_round().selected_clients_size(), 2);
+  auto wait = clients[2]->RequestUpdate(absl::Milliseconds(100));
+  ASSERT_TRUE(wait.ok()) << wait.status();
+  EXPECT_EQ(wait->task.type(), v1::TASK_TYPE_WAIT);
+  testing::Evaluate(*clients[0], 0.5, 0.75, 20);
+  testing::Evaluate(*clients[1], 0.5, 0.75, 20);
+  const v1::GetStatusResponse status = Status();
+  EXPECT_EQ(status.phase(), v1::PHASE_DONE);
+  EXPECT_EQ(status.final_evaluation().num_clients(), 2);
+  EXPECT_EQ(NextTask(*clients[2]).task.type(), v1::TASK_TYPE_DONE);
+}
+
+// A run none of whose ready clients evaluates finishes at the end of
+// training, without a final evaluation: an attempt would only wait out its
+// deadline, again and again.
+TEST_F(RunControllerTest, ARunNobodyCanEvaluateIsDoneWithoutAnEvaluation) {
+  CoordinatorOptions o = SmallRun();
+  o.max_rounds = 1;
+  Start(o);
+  std::vector<std::unique_ptr<CoordinatorClient>> clients;
+  for (int i = 0; i < 3; ++i) {
+    clients.push_back(std::make_unique<CoordinatorClient>(channel_));
+    v1::JoinRequest request;
+    request.set_no_evaluation(true);
+    ASSERT_TRUE(clients.back()->Join(request).ok());
+  }
+  for (auto& c : clients) testing::TrainConstant(*c, 1, 0.01f);
+  for (auto& c : clients) {
+    EXPECT_EQ(NextTask(*c).task.type(), v1::TASK_TYPE_DONE);
+  }
+  const v1::GetStatusResponse status = Status();
+  EXPECT_EQ(status.phase(), v1::PHASE_DONE);
+  EXPECT_FALSE(status.has_final_evaluation());
+  EXPECT_EQ(status.stop_reason(), "max_rounds");
+}
+
 TEST_F(RunControllerTest, AHeldPollIsAnsweredWhenItsMaxWaitRunsOut) {
   Start(SmallRun());
   auto clients = JoinAll(2);  // fewer than min_clients: every poll is held
