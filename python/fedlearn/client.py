@@ -501,11 +501,14 @@ class Client:
         # gets reconnect_timeout (_push).
         push_by = (time.monotonic() + task.deadline_ms / 1000.0 + PUSH_GRACE_S
                    if task.deadline_ms > 0 else None)
+        # The run and weights it trains for, kept before a push's re-join can
+        # replace self.joined (a held update belongs to this run, not the next).
+        run_id, weights_crcs = self.joined.run_id, self._weights_crcs
         held, self._held = self._held, None
-        if held is not None and held.same_task(self.joined.run_id, task.round,
-                                               self._weights_crcs):
+        if held is not None and held.same_task(run_id, task.round, weights_crcs):
             held.header.client_id = self.joined.client_id
-            self._push(held.header, held.payloads, push_by)
+            if self._push(held.header, held.payloads, push_by) == "rejoined":
+                self._held = held  # refused again by a restart: kept again
             return
         with _Heartbeats(self, plan):
             result = self._fit([w.copy() for w in weights], plan)
@@ -534,8 +537,8 @@ class Client:
                       else self._pb2.ENCODING_DENSE))
         payloads = [encode(d, self._int8)[0] for d in delta]
         if self._push(header, payloads, push_by) == "rejoined":
-            self._held = _HeldUpdate(self.joined.run_id, task.round,
-                                     self._weights_crcs, header, payloads)
+            self._held = _HeldUpdate(run_id, task.round, weights_crcs, header,
+                                     payloads)
 
     def _deliver(self, send: Callable[[], Any], what: str) -> str:
         """Sends a result of this client's task (an update, an evaluation) until it

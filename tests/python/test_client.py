@@ -350,6 +350,38 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(status.phase, 4)  # DONE
         self.assertEqual(len([r for r in status.history if not r.evaluation]), 3)
 
+    def test_an_update_is_not_pushed_into_another_run(self):
+        # Restarted without a state directory, the coordinator starts a new run with
+        # the same initial weights: round 1 comes back alike, but its plan may not be
+        # the old run's, so fit runs again (the held update belongs to the old run).
+        flags = ["--model=mlp_2nn", "--min_clients=1", "--max_rounds=1"]
+        port = free_port()
+        first = Coordinator(*flags, port=port).__enter__()
+        killed = threading.Event()
+        rounds_fit = []
+
+        def fit(weights, plan):
+            rounds_fit.append(plan.round)
+            if not killed.is_set():
+                first.process.kill()
+                first.process.wait()
+                killed.set()
+            return [w + 0.001 for w in weights], 10, {"loss": 1.0}
+
+        client = fedlearn.Client(first.address, fit, lambda w, p: (0.5, 0.5, 1),
+                                 max_backoff=0.2)
+        result = {}
+        thread = threading.Thread(target=lambda: result.update(s=client.run()))
+        thread.start()
+        self.assertTrue(killed.wait(60))
+        with Coordinator(*flags, port=port):
+            thread.join(60)
+        first._log.close()
+        os.unlink(first.log_path)
+        self.assertIn("s", result)
+        self.assertEqual(rounds_fit, [1, 1])
+        self.assertEqual(result["s"].rounds_trained, 1)
+
     def test_what_each_code_does_to_a_result_being_delivered(self):
         # _deliver, the policy pushes and evaluation reports share, fed scripted
         # failures (no coordinator is reached: the codes never ask for a join).
