@@ -259,20 +259,29 @@ class Client:
                 else:
                     raise FedlearnError(f"unknown task type {task.type}")
             raise FedlearnError("stopped", self._grpc.StatusCode.CANCELLED)
+        except (self._grpc.RpcError, ValueError):
+            # stop() closed the channel: a call under way ended CANCELLED, and
+            # one begun after raises ValueError (a closed channel).
+            if self._stopping.is_set():
+                raise FedlearnError("stopped",
+                                    self._grpc.StatusCode.CANCELLED) from None
+            raise
         finally:
             self._channel.close()
             if lock is not None:
                 os.close(lock)
 
     def stop(self) -> None:
-        """Makes ``run()`` return (raising CANCELLED) soon: a poll under way is
-        cancelled, as the C++ agent's Stop cancels its calls; a ``fit`` running
+        """Makes ``run()`` return (raising CANCELLED) soon: every call under way (a
+        poll, a push, a join, a report, a heartbeat) is cancelled, as the C++ agent's
+        Stop cancels its calls, by closing the client's channel; a ``fit`` running
         finishes first, and its update is not sent."""
         self._stopping.set()
         with self._call_lock:
             call = self._poll_call
         if call is not None:
             call.cancel()
+        self._channel.close()
 
     # -----------------------------------------------------------------------------
     # Calls, and what their failures mean.
@@ -557,6 +566,8 @@ class Client:
             try:
                 send()
             except grpc.RpcError as e:
+                if self._stopping.is_set():
+                    return "stopped"  # cut short by stop(), not refused
                 code = e.code()
                 if code == grpc.StatusCode.ALREADY_EXISTS and attempts > 1:
                     pass  # an earlier attempt arrived
@@ -681,8 +692,8 @@ class _Heartbeats:
                                             round=self._plan.round, batches_done=done,
                                             batches_total=total),
                     metadata=c._metadata(), timeout=10)
-            except c._grpc.RpcError:
-                pass
+            except (c._grpc.RpcError, ValueError):
+                pass  # ValueError: stop() closed the channel
 
 
 def make_channel(address: str, tls: Optional[TlsConfig] = None,

@@ -4,6 +4,7 @@ import contextlib
 import http.server
 import io
 import os
+import signal
 import socket
 import struct
 import subprocess
@@ -476,6 +477,39 @@ class ClientTest(unittest.TestCase):
             thread.join(15)
             self.assertFalse(thread.is_alive())
         self.assertEqual(ended["error"].code, grpc.StatusCode.CANCELLED)
+
+    def test_stop_cancels_a_push_under_way(self):
+        # The coordinator is frozen (SIGSTOP) as fit returns, so the push hangs with
+        # its connection open: stop() must end run() at once, not after the push's
+        # deadline (the round's 5 minutes and 30 s more).
+        with Coordinator("--model=mlp_2nn", "--min_clients=1") as c:
+            def fit(weights, plan):
+                c.process.send_signal(signal.SIGSTOP)
+                return weights, 10, {}
+
+            client = fedlearn.Client(c.address, fit)
+            ended = {}
+
+            def run():
+                try:
+                    client.run()
+                except fedlearn.FedlearnError as e:
+                    ended["error"] = e
+
+            thread = threading.Thread(target=run)
+            try:
+                thread.start()
+                time.sleep(2)  # the push is under way, unanswered
+                self.assertTrue(thread.is_alive())
+                stopped = time.monotonic()
+                client.stop()
+                thread.join(15)
+                self.assertFalse(thread.is_alive())
+                self.assertLess(time.monotonic() - stopped, 5)
+            finally:
+                c.process.send_signal(signal.SIGCONT)
+        self.assertEqual(ended["error"].code, grpc.StatusCode.CANCELLED)
+        self.assertEqual(client.summary.updates_rejected, 0)
 
     def test_wait_is_honoured(self):
         # One client of the two the run needs: each poll is held for the client's
