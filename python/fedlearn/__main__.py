@@ -101,6 +101,10 @@ def download_model(address: str, out: str) -> int:
             n = _copy_body(url, f)  # its errors name the URL or the file already
             f.flush()
             os.fsync(f.fileno())
+            # As open() would have made it (a temporary file is 0600).
+            umask = os.umask(0)
+            os.umask(umask)
+            os.fchmod(f.fileno(), 0o666 & ~umask)
         os.replace(f.name, out)
         return n
     except OSError as e:  # syncing, closing or renaming

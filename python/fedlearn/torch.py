@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import struct
 from typing import (Any, Callable, Dict, Iterable, Iterator, List, Optional, Sequence,
                     Tuple)
@@ -94,11 +95,21 @@ def export_safetensors(model: nn.Module, path: str, name: Optional[str] = None) 
         offset += len(raw)
     text = json.dumps(header, separators=(",", ":")).encode()
     text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for raw in blobs:
-            f.write(raw)
+    # Whole or not at all: written beside `path` and renamed over it, so that a
+    # failure (a full disk) leaves no truncated model for a coordinator to refuse.
+    temp = f"{path}.tmp.{os.getpid()}"
+    try:
+        with open(temp, "wb") as f:
+            f.write(struct.pack("<Q", len(text)))
+            f.write(text)
+            for raw in blobs:
+                f.write(raw)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temp, path)
+    finally:
+        if os.path.exists(temp):
+            os.unlink(temp)
 
 
 @contextlib.contextmanager

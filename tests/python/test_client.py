@@ -614,6 +614,10 @@ class ClientTest(unittest.TestCase):
                 header = json.loads(f.read(header_len))
             self.assertEqual(os.path.getsize(path), 8 + header_len + 199210 * 4)
             self.assertIn("fc1.weight", header)
+            # Made as open() makes a file (its temporary file's 0600 was kept before).
+            umask = os.umask(0)
+            os.umask(umask)
+            self.assertEqual(os.stat(path).st_mode & 0o777, 0o666 & ~umask)
         # A coordinator that is gone: exit 1 with the code.
         err = io.StringIO()
         sys_stderr, sys.stderr = sys.stderr, err

@@ -1,8 +1,10 @@
 """fedlearn.torch: a PyTorch model federated through a real coordinator."""
 
+import errno
 import os
 import tempfile
 import unittest
+from unittest import mock
 
 import numpy as np
 import torch
@@ -69,6 +71,40 @@ class TorchTest(unittest.TestCase):
         trained = ft.model_weights(local)
         self.assertFalse(np.array_equal(trained[0], initial[0]))
         self.assertFalse(np.array_equal(trained[4], initial[4]))  # running_mean
+
+    def test_an_export_that_fails_leaves_the_file_as_it_was(self):
+        # Written beside the file and renamed over it: a disk that fills up midway
+        # (the third write fails, ENOSPC) leaves the old file whole and no part.
+        ft.export_safetensors(Net(), self.path)
+        with open(self.path, "rb") as f:
+            before = f.read()
+
+        class FillsUp:
+            def __init__(self, f):
+                self.f, self.writes = f, 0
+
+            def write(self, data):
+                self.writes += 1
+                if self.writes == 3:
+                    raise OSError(errno.ENOSPC, "No space left on device")
+                return self.f.write(data)
+
+            def __getattr__(self, name):
+                return getattr(self.f, name)
+
+            def __enter__(self):
+                return self
+
+            def __exit__(self, *exc):
+                self.f.close()
+
+        with mock.patch.object(ft, "open", lambda p, m="r": FillsUp(open(p, m)),
+                               create=True):
+            with self.assertRaises(OSError):
+                ft.export_safetensors(Net(width=5), self.path)
+        with open(self.path, "rb") as f:
+            self.assertEqual(f.read(), before)
+        self.assertEqual(os.listdir(self.dir), ["net.safetensors"])
 
     def test_a_model_that_differs_is_refused_at_join_with_the_differences(self):
         ft.export_safetensors(Net(), self.path)
