@@ -227,7 +227,8 @@ std::vector<std::shared_ptr<CancelHandle>> AsyncScheduler::Stop() {
 
 std::optional<v1::RoundRecord> AsyncScheduler::OpenRecord(
     absl::Time /*now*/,
-    const std::function<bool(const std::string&)>& /*is_gone*/) const {
+    const std::function<bool(const std::string&)>& /*is_gone*/,
+    bool /*client_ids*/) const {
   return std::nullopt;  // versions are recorded as they are made
 }
 
@@ -236,9 +237,10 @@ bool AsyncScheduler::IsTraining(const std::string& client_id) const {
   return open_ && it != clients_.end() && it->second.task != 0;
 }
 
-std::vector<std::string> AsyncScheduler::Training() const {
-  if (!open_) return {};
-  return {training_.begin(), training_.end()};
+void AsyncScheduler::ForEachTraining(
+    const std::function<void(const std::string&)>& visit) const {
+  if (!open_) return;
+  for (const std::string& id : training_) visit(id);
 }
 
 void AsyncScheduler::Forget(const std::string& client_id) {

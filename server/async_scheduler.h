@@ -75,10 +75,11 @@ class AsyncScheduler final : public Scheduler {
   }
   std::vector<std::shared_ptr<CancelHandle>> Stop() override;
   std::optional<v1::RoundRecord> OpenRecord(
-      absl::Time now,
-      const std::function<bool(const std::string&)>& is_gone) const override;
+      absl::Time now, const std::function<bool(const std::string&)>& is_gone,
+      bool client_ids) const override;
   bool IsTraining(const std::string& client_id) const override;
-  std::vector<std::string> Training() const override;
+  void ForEachTraining(
+      const std::function<void(const std::string&)>& visit) const override;
   void Forget(const std::string& client_id) override;
 
   // The factor an update `staleness` versions stale is applied with.

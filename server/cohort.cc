@@ -65,13 +65,15 @@ std::vector<std::shared_ptr<CancelHandle>> Cohort::TakeInFlight() {
 }
 
 v1::RoundRecord Cohort::Record(absl::string_view outcome, absl::Time now,
-                               int dropped) const {
+                               int dropped, bool client_ids) const {
   v1::RoundRecord record;
   record.set_round(round_);
   record.set_attempt(number_);
   record.set_selected(static_cast<int>(selected_.size()));
-  for (const std::string& id : selected_) record.add_selected_clients(id);
-  for (const std::string& id : answered_) record.add_accepted_clients(id);
+  if (client_ids) {
+    for (const std::string& id : selected_) record.add_selected_clients(id);
+    for (const std::string& id : answered_) record.add_accepted_clients(id);
+  }
   record.set_responded(answered());
   record.set_dropped(dropped);
   record.set_outcome(std::string(outcome));

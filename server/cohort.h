@@ -68,9 +68,10 @@ class Cohort {
   // The attempt's record as of `now` with `outcome` ("open", "all",
   // "quorum", "abandoned"); `dropped` is the count of selected clients that
   // did not answer and are gone (a closed attempt counts every selected
-  // client that did not answer).
-  v1::RoundRecord Record(absl::string_view outcome, absl::Time now,
-                         int dropped) const;
+  // client that did not answer). Its selected and accepted client ids only
+  // when `client_ids`.
+  v1::RoundRecord Record(absl::string_view outcome, absl::Time now, int dropped,
+                         bool client_ids = true) const;
 
   const StepMetrics& metrics() const { return metrics_; }
 

@@ -107,19 +107,15 @@ void RunController::StatusLocked(const ClientPage& page, RunCounters* counters,
     for (const std::string& id : evaluating->selected()) {
       if (!evaluating->HasAnswered(id) && is_gone(id)) ++gone;
     }
-    v1::RoundRecord record = evaluating->Record("open", now, gone);
+    v1::RoundRecord record = evaluating->Record("open", now, gone, client_ids);
     record.set_evaluation(true);
     *record.mutable_rejected() = history_.attempt_rejections();
     *status.mutable_current_round() = std::move(record);
   } else if (std::optional<v1::RoundRecord> open =
-                 scheduler_->OpenRecord(now, is_gone);
+                 scheduler_->OpenRecord(now, is_gone, client_ids);
              open.has_value()) {
     *open->mutable_rejected() = history_.attempt_rejections();
     *status.mutable_current_round() = *std::move(open);
-  }
-  if (!client_ids && status.has_current_round()) {
-    status.mutable_current_round()->clear_selected_clients();
-    status.mutable_current_round()->clear_accepted_clients();
   }
   if (final_evaluation_.has_value()) {
     *status.mutable_final_evaluation() = *final_evaluation_;
@@ -150,9 +146,10 @@ void RunController::StatusLocked(const ClientPage& page, RunCounters* counters,
     }
   }
   if (phase_ == v1::PHASE_TRAINING) {
-    for (const std::string& id : scheduler_->Training()) {
-      if (is_alive(id)) ++num_training;
-    }
+    scheduler_->ForEachTraining(
+        [&is_alive, &num_training](const std::string& id) {
+          if (is_alive(id)) ++num_training;
+        });
   }
   counts->set_joined(joined);
   counts->set_gone(joined - alive);

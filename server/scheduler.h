@@ -133,16 +133,25 @@ class Scheduler {
   // Training stops: no step is open any more; returns the pushes to cut off.
   virtual std::vector<std::shared_ptr<CancelHandle>> Stop() = 0;
 
-  // The open step's record so far ("open"), for GetStatus; `is_gone` tells
-  // which clients are gone (they count as dropped if selected and silent).
+  // The open step's record so far ("open"), for GetStatus, its client ids
+  // only when `client_ids` (a status without them copies none: 10,000 of
+  // them at --fraction=1); `is_gone` tells which clients are gone (they count
+  // as dropped if selected and silent).
   virtual std::optional<v1::RoundRecord> OpenRecord(
-      absl::Time now,
-      const std::function<bool(const std::string&)>& is_gone) const = 0;
-  // The clients a status should show as training: whether one is, and all of
-  // them (as many as are training: a status counts them without a pass over
-  // every client).
+      absl::Time now, const std::function<bool(const std::string&)>& is_gone,
+      bool client_ids) const = 0;
+  // The clients a status should show as training: whether one is, and each
+  // of them (as many as are training: a status counts them without a pass
+  // over every client, and without a copy of their ids).
   virtual bool IsTraining(const std::string& client_id) const = 0;
-  virtual std::vector<std::string> Training() const = 0;
+  virtual void ForEachTraining(
+      const std::function<void(const std::string&)>& visit) const = 0;
+  std::vector<std::string> Training() const {
+    std::vector<std::string> training;
+    ForEachTraining(
+        [&training](const std::string& id) { training.push_back(id); });
+    return training;
+  }
 
   // The run no longer remembers `client_id` (ClientManager::Forget): what is
   // kept about it goes, and a call under its id later is a stranger's.

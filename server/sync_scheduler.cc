@@ -166,14 +166,14 @@ std::vector<std::shared_ptr<CancelHandle>> SyncScheduler::Stop() {
 }
 
 std::optional<v1::RoundRecord> SyncScheduler::OpenRecord(
-    absl::Time now,
-    const std::function<bool(const std::string&)>& is_gone) const {
+    absl::Time now, const std::function<bool(const std::string&)>& is_gone,
+    bool client_ids) const {
   if (cohort_ == nullptr) return std::nullopt;
   int gone = 0;
   for (const std::string& id : cohort_->selected()) {
     if (!cohort_->HasAnswered(id) && is_gone(id)) ++gone;
   }
-  return cohort_->Record("open", now, gone);
+  return cohort_->Record("open", now, gone, client_ids);
 }
 
 bool SyncScheduler::IsTraining(const std::string& client_id) const {
@@ -181,13 +181,12 @@ bool SyncScheduler::IsTraining(const std::string& client_id) const {
          !cohort_->HasAnswered(client_id);
 }
 
-std::vector<std::string> SyncScheduler::Training() const {
-  std::vector<std::string> training;
-  if (cohort_ == nullptr) return training;
+void SyncScheduler::ForEachTraining(
+    const std::function<void(const std::string&)>& visit) const {
+  if (cohort_ == nullptr) return;
   for (const std::string& id : cohort_->selected()) {
-    if (!cohort_->HasAnswered(id)) training.push_back(id);
+    if (!cohort_->HasAnswered(id)) visit(id);
   }
-  return training;
 }
 
 }  // namespace fedlearn

@@ -52,10 +52,11 @@ class SyncScheduler final : public Scheduler {
                 int64_t bytes) override;
   std::vector<std::shared_ptr<CancelHandle>> Stop() override;
   std::optional<v1::RoundRecord> OpenRecord(
-      absl::Time now,
-      const std::function<bool(const std::string&)>& is_gone) const override;
+      absl::Time now, const std::function<bool(const std::string&)>& is_gone,
+      bool client_ids) const override;
   bool IsTraining(const std::string& client_id) const override;
-  std::vector<std::string> Training() const override;
+  void ForEachTraining(
+      const std::function<void(const std::string&)>& visit) const override;
   void ResumeAttempts(int64_t round, int attempts) override {
     last_round_ = round;
     attempt_ = attempts;

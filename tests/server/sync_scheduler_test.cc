@@ -249,15 +249,20 @@ TEST(SyncSchedulerTest, AClosedRoundCutsOffItsDownloadsOnly) {
 
 TEST(SyncSchedulerTest, OpenRecordCountsTheGoneAsDropped) {
   SyncScheduler s(TenOfTen());
-  EXPECT_EQ(s.OpenRecord(t0, [](const std::string&) { return true; }),
-            std::nullopt);
+  const auto gone = [](const std::string& id) { return id == "client-2"; };
+  EXPECT_EQ(s.OpenRecord(t0, gone, true), std::nullopt);
   s.Open(Ids(3), nullptr, nullptr, 0, t0);
-  auto record = s.OpenRecord(t0 + absl::Seconds(1), [](const std::string& id) {
-    return id == "client-2";
-  });
+  auto record = s.OpenRecord(t0 + absl::Seconds(1), gone, /*client_ids=*/true);
   ASSERT_TRUE(record.has_value());
   EXPECT_EQ(record->outcome(), "open");
   EXPECT_EQ(record->dropped(), 1);
+  EXPECT_EQ(record->selected_clients_size(), 3);
+  // Without ids, the same counts and no copy of the ids.
+  record = s.OpenRecord(t0 + absl::Seconds(1), gone, /*client_ids=*/false);
+  ASSERT_TRUE(record.has_value());
+  EXPECT_EQ(record->selected(), 3);
+  EXPECT_EQ(record->dropped(), 1);
+  EXPECT_EQ(record->selected_clients_size(), 0);
   EXPECT_TRUE(s.IsTraining("client-2"));
   EXPECT_FALSE(s.IsTraining("client-7"));
 }
