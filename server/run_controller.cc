@@ -473,6 +473,11 @@ uint64_t RunController::Poll(absl::string_view client_id,
       TaskBoard::PollResult result =
           board_.Poll((*client)->id, now + max_wait, std::move(done));
       id = result.poll_id;
+      if (result.displaced.has_value()) {
+        TaskBoard::Deliveries displaced;
+        displaced.push_back(*std::move(result.displaced));
+        AbsorbLocked(std::move(displaced), now, &effects);
+      }
       if (!result.now.has_value()) {
         answer_now = false;
         clients_.PollStarted(*client);
@@ -809,11 +814,11 @@ void RunController::CloseEvaluationLocked(absl::string_view outcome,
         closed.record.round(), outcome, result.test_loss(),
         result.test_accuracy(), result.num_examples());
     history_.Append(std::move(closed.record));
-    FinishLocked(absl::StrFormat("run done: %d rounds (%s), final test "
-                                 "accuracy %.2f%%",
-                                 version_, stop_reason_,
-                                 100 * result.test_accuracy()),
-                 now, effects);
+    FinishLocked(
+        absl::StrFormat("run done: %d rounds (%s), final test "
+                        "accuracy %.2f%%",
+                        version_, stop_reason_, 100 * result.test_accuracy()),
+        now, effects);
     return;
   }
   history_.Append(std::move(closed.record));

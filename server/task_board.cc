@@ -79,7 +79,12 @@ TaskBoard::PollResult TaskBoard::Poll(const std::string& client_id,
   }
   held_[result.poll_id] = Held{client_id, expiry, std::move(done)};
   by_expiry_.insert({expiry, result.poll_id});
-  by_client_[client_id].insert(result.poll_id);
+  absl::flat_hash_set<uint64_t>& mine = by_client_[client_id];
+  mine.insert(result.poll_id);
+  if (mine.size() > kMaxHeldPerClient) {
+    const uint64_t oldest = *std::min_element(mine.begin(), mine.end());
+    result.displaced = Take(held_.find(oldest), task);
+  }
   return result;
 }
 

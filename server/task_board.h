@@ -66,9 +66,16 @@ class TaskBoard {
 
   // A poll by `client_id` until `expiry`: answered now (the delivery) when its
   // task is not WAIT, else held under the returned id.
+  // A client holds at most kMaxHeldPerClient polls: a further one is held
+  // and its oldest answered now with its task (WAIT), `displaced`. One is all
+  // an agent holds; a second is one it gave up on that the coordinator has not
+  // seen end yet. So a client opening polls in a loop costs the board and gRPC
+  // (each held call's arena, about 14 KiB) two polls, not one per call.
+  static constexpr size_t kMaxHeldPerClient = 2;
   struct PollResult {
     uint64_t poll_id = 0;
     std::optional<Delivery> now;
+    std::optional<Delivery> displaced;
   };
   PollResult Poll(const std::string& client_id, absl::Time expiry,
                   PollCallback done);

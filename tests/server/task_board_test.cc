@@ -54,6 +54,37 @@ TEST(TaskBoardTest, AWaitPollIsHeldAndAnsweredWhenATaskIsPosted) {
   EXPECT_EQ(board.held(), 0u);
 }
 
+// A client opening polls in a loop holds two at most: each further one
+// displaces its oldest, answered WAIT at once; another client's are untouched.
+TEST(TaskBoardTest, AClientHoldsTwoPollsAtMostTheOldestGivesWay) {
+  TaskBoard board;
+  std::vector<Answer> a(4);
+  Answer b;
+  board.Poll("b", t0 + absl::Seconds(30), b.Callback());
+  std::vector<uint64_t> ids;
+  for (int i = 0; i < 4; ++i) {
+    TaskBoard::PollResult poll =
+        board.Poll("a", t0 + absl::Seconds(30), a[i].Callback());
+    EXPECT_FALSE(poll.now.has_value());
+    ids.push_back(poll.poll_id);
+    if (i < 2) {
+      EXPECT_FALSE(poll.displaced.has_value()) << i;
+      continue;
+    }
+    ASSERT_TRUE(poll.displaced.has_value()) << i;
+    EXPECT_EQ(poll.displaced->poll_id, ids[i - 2]);
+    poll.displaced->Run();
+    ASSERT_TRUE(a[i - 2].got.has_value() && a[i - 2].got->ok());
+    EXPECT_EQ((*a[i - 2].got)->type, v1::TASK_TYPE_WAIT);
+  }
+  EXPECT_EQ(board.held(), 3u);  // a's two newest and b's
+  EXPECT_FALSE(b.got.has_value());
+  RunAll(board.Post("a", Make(v1::TASK_TYPE_TRAIN, 1)));
+  EXPECT_EQ((*a[2].got)->type, v1::TASK_TYPE_TRAIN);
+  EXPECT_EQ((*a[3].got)->type, v1::TASK_TYPE_TRAIN);
+  EXPECT_EQ(board.held(), 1u);
+}
+
 TEST(TaskBoardTest, APostedTaskIsGivenAgainUntilRetracted) {
   TaskBoard board;
   board.Post("a", Make(v1::TASK_TYPE_TRAIN, 3));
