@@ -63,6 +63,28 @@ def run_clients(clients):
     return results
 
 
+def run_in_thread(client, until_polling=False):
+    """Runs ``client.run()`` on a thread; returns the thread and a dict that gets the
+    ``FedlearnError`` it ends with (``"error"``). With ``until_polling``, returns once
+    the client holds a poll."""
+    ended = {}
+
+    def run():
+        try:
+            client.run()
+        except fedlearn.FedlearnError as e:
+            ended["error"] = e
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    if until_polling:
+        deadline = time.monotonic() + 30
+        while client._poll_call is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert client._poll_call is not None, "no poll within 30 s"
+    return thread, ended
+
+
 class ScriptedFailure(grpc.RpcError):
     """A call's failure with `code`, as grpc raises it (no coordinator reached)."""
 
@@ -235,20 +257,7 @@ class ClientTest(unittest.TestCase):
         with Coordinator("--model=mlp_2nn", "--min_clients=2") as c:
             first = fedlearn.Client(c.address, lambda w, p: (w, 1, {}),
                                     session_file=session)
-            ended = {}
-
-            def run():
-                try:
-                    first.run()
-                except fedlearn.FedlearnError as e:
-                    ended["error"] = e
-
-            thread = threading.Thread(target=run)
-            thread.start()
-            deadline = time.monotonic() + 30
-            while first._poll_call is None and time.monotonic() < deadline:
-                time.sleep(0.05)
-            self.assertIsNotNone(first._poll_call)
+            thread, ended = run_in_thread(first, until_polling=True)
             second = fedlearn.Client(c.address, lambda w, p: (w, 1, {}),
                                      session_file=session)
             with self.assertRaises(fedlearn.FedlearnError) as e:
@@ -312,21 +321,18 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(summary.rounds_trained, 1)
         self.assertEqual(summary.evaluations, 1)
 
-    def test_a_restarted_coordinator_is_joined_again(self):
-        # The coordinator is killed after round 1 and restarted on the same port and
-        # state directory: the client backs off while it is gone, is told NOT_FOUND by
-        # the new process (which never saw it), joins again and finishes the run. The
-        # resumed run asks for round 2 again with the same weights: the update trained
-        # for it is pushed again, not trained again (as the C++ agent does).
-        flags, port = restartable("--model=mlp_2nn", "--min_clients=1",
-                                  "--max_rounds=3", "--convergence_threshold=-inf")
+    def _run_across_a_restart(self, flags, port, kill_round):
+        """One client runs against a coordinator with ``flags`` on ``port``, which is
+        SIGKILLed in the first ``fit`` of round ``kill_round`` and started again with
+        the same flags; returns the client's summary, the rounds ``fit`` ran, and the
+        restarted coordinator's status at the end."""
         first = Coordinator(*flags, port=port).__enter__()
         killed = threading.Event()
         rounds_fit = []
 
         def fit(weights, plan):
             rounds_fit.append(plan.round)
-            if plan.round == 2 and not killed.is_set():
+            if plan.round == kill_round and not killed.is_set():
                 first.process.kill()
                 first.process.wait()
                 killed.set()
@@ -344,10 +350,21 @@ class ClientTest(unittest.TestCase):
         first._log.close()
         os.unlink(first.log_path)
         self.assertIn("s", result)
-        self.assertEqual(result["s"].joins, 2)
+        return result["s"], rounds_fit, status
+
+    def test_a_restarted_coordinator_is_joined_again(self):
+        # The coordinator is killed in round 2 and restarted on the same port and
+        # state directory: the client backs off while it is gone, is told NOT_FOUND by
+        # the new process (which never saw it), joins again and finishes the run. The
+        # resumed run asks for round 2 again with the same weights: the update trained
+        # for it is pushed again, not trained again (as the C++ agent does).
+        flags, port = restartable("--model=mlp_2nn", "--min_clients=1",
+                                  "--max_rounds=3", "--convergence_threshold=-inf")
+        summary, rounds_fit, status = self._run_across_a_restart(flags, port, 2)
+        self.assertEqual(summary.joins, 2)
         self.assertEqual(rounds_fit, [1, 2, 3])
-        self.assertEqual(result["s"].rounds_trained, 3)
-        self.assertEqual(result["s"].updates_rejected, 0)
+        self.assertEqual(summary.rounds_trained, 3)
+        self.assertEqual(summary.updates_rejected, 0)
         self.assertEqual(status.phase, 4)  # DONE
         self.assertEqual(len([r for r in status.history if not r.evaluation]), 3)
 
@@ -355,33 +372,10 @@ class ClientTest(unittest.TestCase):
         # Restarted without a state directory, the coordinator starts a new run with
         # the same initial weights: round 1 comes back alike, but its plan may not be
         # the old run's, so fit runs again (the held update belongs to the old run).
-        flags = ["--model=mlp_2nn", "--min_clients=1", "--max_rounds=1"]
-        port = free_port()
-        first = Coordinator(*flags, port=port).__enter__()
-        killed = threading.Event()
-        rounds_fit = []
-
-        def fit(weights, plan):
-            rounds_fit.append(plan.round)
-            if not killed.is_set():
-                first.process.kill()
-                first.process.wait()
-                killed.set()
-            return [w + 0.001 for w in weights], 10, {"loss": 1.0}
-
-        client = fedlearn.Client(first.address, fit, lambda w, p: (0.5, 0.5, 1),
-                                 max_backoff=0.2)
-        result = {}
-        thread = threading.Thread(target=lambda: result.update(s=client.run()))
-        thread.start()
-        self.assertTrue(killed.wait(60))
-        with Coordinator(*flags, port=port):
-            thread.join(60)
-        first._log.close()
-        os.unlink(first.log_path)
-        self.assertIn("s", result)
+        summary, rounds_fit, _ = self._run_across_a_restart(
+            ["--model=mlp_2nn", "--min_clients=1", "--max_rounds=1"], free_port(), 1)
         self.assertEqual(rounds_fit, [1, 1])
-        self.assertEqual(result["s"].rounds_trained, 1)
+        self.assertEqual(summary.rounds_trained, 1)
 
     def test_what_each_code_does_to_a_result_being_delivered(self):
         # _deliver, the policy pushes and evaluation reports share, fed scripted
@@ -459,20 +453,7 @@ class ClientTest(unittest.TestCase):
         # client's poll_wait of 60 s, and stop() must end run() long before that.
         with Coordinator("--model=mlp_2nn", "--min_clients=2") as c:
             client = fedlearn.Client(c.address, lambda w, p: (w, 1, {}), poll_wait=60)
-            ended = {}
-
-            def run():
-                try:
-                    client.run()
-                except fedlearn.FedlearnError as e:
-                    ended["error"] = e
-
-            thread = threading.Thread(target=run)
-            thread.start()
-            deadline = time.monotonic() + 30
-            while client._poll_call is None and time.monotonic() < deadline:
-                time.sleep(0.05)
-            self.assertIsNotNone(client._poll_call)
+            thread, ended = run_in_thread(client, until_polling=True)
             client.stop()
             thread.join(15)
             self.assertFalse(thread.is_alive())
@@ -488,17 +469,8 @@ class ClientTest(unittest.TestCase):
                 return weights, 10, {}
 
             client = fedlearn.Client(c.address, fit)
-            ended = {}
-
-            def run():
-                try:
-                    client.run()
-                except fedlearn.FedlearnError as e:
-                    ended["error"] = e
-
-            thread = threading.Thread(target=run)
             try:
-                thread.start()
+                thread, ended = run_in_thread(client)
                 time.sleep(2)  # the push is under way, unanswered
                 self.assertTrue(thread.is_alive())
                 stopped = time.monotonic()
@@ -527,16 +499,7 @@ class ClientTest(unittest.TestCase):
                 return task, weights
 
             client._poll = timed_poll
-            ended = {}
-
-            def run():
-                try:
-                    client.run()
-                except fedlearn.FedlearnError as e:
-                    ended["error"] = e
-
-            thread = threading.Thread(target=run)
-            thread.start()
+            thread, ended = run_in_thread(client)
             deadline = time.monotonic() + 30
             while len(polls) < 4 and time.monotonic() < deadline:
                 time.sleep(0.05)

@@ -40,6 +40,15 @@ CoordinatorOptions PrivateRun(double z) {
   return o;
 }
 
+// A private run (z 0.8, C 1) saved in `dir`, for 10 rounds: a resume in the
+// tests is mid-training.
+CoordinatorOptions SavedPrivateRun(const testing::ScopedTempDir& dir) {
+  CoordinatorOptions o = PrivateRun(/*z=*/0.8);
+  o.max_rounds = 10;
+  o.state_dir = dir.Path("state");
+  return o;
+}
+
 // Each changes a private run's settings (z 0.8, C 1) to others a resume
 // must refuse: another z, another C, no DP at all.
 std::vector<std::function<void(CoordinatorOptions&)>> OtherPrivacySettings() {
@@ -91,6 +100,13 @@ class PrivacyServiceTest : public ::testing::Test {
       auto pushed = c->PushUpdate(Header(round, 100, 1.0), delta);
       ASSERT_TRUE(pushed.ok()) << pushed.status();
     }
+  }
+
+  // Three clients train rounds 1 and 2 with 0.25 everywhere, then leave.
+  void TrainTwoRoundsAndStop() {
+    auto clients = JoinAll(3);
+    TrainRound(clients, 1, 0.25f);
+    TrainRound(clients, 2, 0.25f);
   }
 
   std::vector<float> Global() {
@@ -187,16 +203,11 @@ TEST_F(PrivacyServiceTest, EpsilonIsReportedPerRoundAndTheBudgetStopsTraining) {
 
 TEST_F(PrivacyServiceTest, AResumedRunKeepsTheEpsilonItSpent) {
   testing::ScopedTempDir dir;
-  CoordinatorOptions o = PrivateRun(/*z=*/0.8);
-  o.max_rounds = 10;  // every resume below is mid-training
-  o.state_dir = dir.Path("state");
+  const CoordinatorOptions o = SavedPrivateRun(dir);
   Start(o);
-  auto clients = JoinAll(3);
-  TrainRound(clients, 1, 0.25f);
-  TrainRound(clients, 2, 0.25f);
+  TrainTwoRoundsAndStop();
   const double spent = Status().privacy().epsilon();
   ASSERT_GT(spent, 0);
-  clients.clear();
   server_.reset();
 
   // Resumed: the two recorded rounds, and one more for a release a crash may
@@ -210,7 +221,7 @@ TEST_F(PrivacyServiceTest, AResumedRunKeepsTheEpsilonItSpent) {
   EXPECT_DOUBLE_EQ(resumed.privacy().epsilon(), expected.epsilon());
   EXPECT_EQ(resumed.privacy().rounds(), 3);
   // The third round adds to it; a second resume adds its own unrecorded one.
-  clients = JoinAll(3);
+  auto clients = JoinAll(3);
   TrainRound(clients, 3, 0.25f);
   expected.Charge(1.0, 0.8);
   EXPECT_DOUBLE_EQ(Status().privacy().epsilon(), expected.epsilon());
@@ -234,15 +245,9 @@ TEST_F(PrivacyServiceTest, AResumedRunKeepsTheEpsilonItSpent) {
 // not once.
 TEST_F(PrivacyServiceTest, AResumesChargeIsSavedBeforeAnythingIsReleased) {
   testing::ScopedTempDir dir;
-  CoordinatorOptions o = PrivateRun(/*z=*/0.8);
-  o.max_rounds = 10;
-  o.state_dir = dir.Path("state");
+  const CoordinatorOptions o = SavedPrivateRun(dir);
   Start(o);
-  {
-    auto clients = JoinAll(3);
-    TrainRound(clients, 1, 0.25f);
-    TrainRound(clients, 2, 0.25f);
-  }
+  TrainTwoRoundsAndStop();
   server_.reset();
   Start(o);
   EXPECT_EQ(Status().privacy().rounds(), 3);
@@ -260,9 +265,7 @@ TEST_F(PrivacyServiceTest, AResumesChargeIsSavedBeforeAnythingIsReleased) {
 // evaluation phase runs.
 TEST_F(PrivacyServiceTest, AFailedSaveStopsAPrivateRunsTraining) {
   testing::ScopedTempDir dir;
-  CoordinatorOptions o = PrivateRun(/*z=*/0.8);
-  o.max_rounds = 10;
-  o.state_dir = dir.Path("state");
+  const CoordinatorOptions o = SavedPrivateRun(dir);
   Start(o);
   auto clients = JoinAll(3);
   TrainRound(clients, 1, 0.25f);
