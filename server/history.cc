@@ -90,6 +90,26 @@ void History::Append(v1::RoundRecord record) {
   kept.size_ = static_cast<uint32_t>(size);
   kept.summary_size_ = static_cast<uint32_t>(summary_size);
   records_.push_back(std::move(kept));
+  id_bytes_ += size - summary_size;
+  if (id_bytes_ > 2 * id_budget_) TrimIds();
+}
+
+void History::TrimIds() {
+  // The newest record keeps its ids whatever their size.
+  while (id_bytes_ > id_budget_ && ids_from_ + 1 < records_.size()) {
+    Record& old = records_[ids_from_++];
+    if (old.size_ == old.summary_size_) continue;
+    id_bytes_ -= old.size_ - old.summary_size_;
+    // Its summary copied into the open block: its old block goes once no
+    // record or handle holds it.
+    Record summary;
+    char* data = Reserve(old.summary_size_, &summary);
+    std::copy(old.data_, old.data_ + old.summary_size_, data);
+    summary.data_ = data;
+    summary.size_ = old.summary_size_;
+    summary.summary_size_ = old.summary_size_;
+    old = std::move(summary);
+  }
 }
 
 std::vector<History::Record> History::Latest(size_t n) const {
@@ -100,6 +120,8 @@ std::vector<History::Record> History::Latest(size_t n) const {
 void History::Restore(std::vector<v1::RoundRecord> records, int64_t bytes_sent,
                       int64_t bytes_received) {
   records_.clear();
+  id_bytes_ = 0;
+  ids_from_ = 0;
   records_.reserve(records.size());
   for (v1::RoundRecord& r : records) Append(std::move(r));
   bytes_sent_ = bytes_sent;

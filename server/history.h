@@ -34,13 +34,23 @@ enum class Rejection {
 // size and 32 bytes of index: about 260 bytes for a round of 10 clients, and
 // about 12 bytes more per client id (a client is listed as selected, and again
 // if accepted: about 25 KB for a round of 1,000), so 10,000 async versions
-// are a few MB. Kept as parsed messages, a record was about 1.5 KB in a score
-// of small allocations that, made on gRPC's threads among a round's
-// short-lived buffers, kept malloc from giving the space around them back
-// (README, "Many clients": a long run's RSS grew 6.6 KB a round). Not
+// are a few MB. The client ids are kept for the newest records only, as many
+// as `id_bytes` (16 MiB by default) hold, up to twice that between two
+// trimmings: older records keep their summary, so a run's memory grows by
+// about 260 bytes a record however many clients its rounds had (at
+// --fraction=1 and 10,000 clients a record's ids are about 200 KB). A status
+// never shows more than 512 KiB of records, and the state directory's history
+// file holds every record whole (each is written at the save after its round,
+// long before its ids are trimmed). Kept as parsed messages, a record was
+// about 1.5 KB in a score of small allocations that, made on gRPC's threads
+// among a round's short-lived buffers, kept malloc from giving the space around
+// them back (README, "Many clients": a long run's RSS grew 6.6 KB a round). Not
 // thread-safe: the run controller serialises.
 class History {
  public:
+  static constexpr size_t kDefaultIdBytes = size_t{16} << 20;
+  explicit History(size_t id_bytes = kDefaultIdBytes) : id_budget_(id_bytes) {}
+
   // A new attempt opens: its rejection counts start at zero.
   void OpenAttempt() { attempt_rejected_.Clear(); }
   // Counts a rejected push, in the run's counters and the open attempt's.
@@ -79,6 +89,8 @@ class History {
   // The latest `n` records (all of them when there are fewer), oldest first.
   std::vector<Record> Latest(size_t n) const;
   size_t size() const { return records_.size(); }
+  // The bytes of client ids the records hold now.
+  size_t id_bytes() const { return id_bytes_; }
 
   RunCounters& counters() { return counters_; }
   const RunCounters& counters() const { return counters_; }
@@ -97,8 +109,15 @@ class History {
   // Room for `size` bytes of a record, in the open block or a new one, which
   // `record` then holds.
   char* Reserve(size_t size, Record* record);
+  // Drops the ids of the oldest records that have them until id_bytes_ is
+  // id_budget_ at most. Amortised O(1) an Append: it runs when the ids reach
+  // twice the budget, and then trims half of them.
+  void TrimIds();
 
   std::vector<Record> records_;
+  const size_t id_budget_;
+  size_t id_bytes_ = 0;  // of records_[ids_from_] on
+  size_t ids_from_ = 0;  // the records before it hold no ids
   // The block records are appended to, and how much of it is taken.
   std::shared_ptr<char[]> block_;
   size_t block_used_ = 0;

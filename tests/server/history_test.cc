@@ -159,6 +159,51 @@ TEST(HistoryTest, ARecordIsCopiedWithItsClientIdsOnlyWhenAsked) {
   EXPECT_EQ(reused.SerializeAsString(), record.SerializeAsString());
 }
 
+// The client ids are kept for the newest records only, as many as the budget
+// holds (twice that between trimmings): older records keep their summary, so
+// memory stops growing with the clients of every round ever run. A handle
+// taken before a trim still reads its record whole.
+TEST(HistoryTest, OnlyTheNewestRecordsKeepTheirClientIds) {
+  // 100 ids of 10 bytes (12 on the wire) a record: 1,200 bytes of ids.
+  auto round = [](int64_t r) {
+    v1::RoundRecord record = Round(r);
+    record.set_outcome("all");
+    for (int c = 0; c < 100; ++c) {
+      record.add_selected_clients(absl::StrCat("client-", 100 + c));
+    }
+    return record;
+  };
+  v1::RoundRecord bare = round(1);
+  bare.clear_selected_clients();
+  const size_t per_record = round(1).ByteSizeLong() - bare.ByteSizeLong();
+  History history(/*id_bytes=*/10 * per_record);
+  history.Append(round(1));
+  const History::Record first = history.Latest(1)[0];
+  for (int64_t r = 2; r <= 1000; ++r) {
+    history.Append(round(r));
+    EXPECT_LE(history.id_bytes(), 20 * per_record) << r;
+  }
+  const std::vector<History::Record> all = history.Latest(1000);
+  ASSERT_EQ(all.size(), 1000u);
+  int with_ids = 0;
+  for (size_t i = 0; i < all.size(); ++i) {
+    const v1::RoundRecord copy = Copy(all[i]);
+    EXPECT_EQ(copy.round(), static_cast<int64_t>(i + 1));
+    EXPECT_EQ(copy.outcome(), "all");
+    if (copy.selected_clients_size() == 0) {
+      EXPECT_EQ(with_ids, 0) << "an older record kept its ids, round " << i;
+    } else {
+      EXPECT_EQ(copy.selected_clients_size(), 100);
+      ++with_ids;
+    }
+  }
+  EXPECT_GE(with_ids, 10);
+  EXPECT_LE(with_ids, 20);
+  EXPECT_EQ(Copy(all.back()).selected_clients(99), "client-199");
+  // Taken before the trims: still whole.
+  EXPECT_EQ(Copy(first).selected_clients_size(), 100);
+}
+
 TEST(HistoryTest, RestoreTakesRecordsAndBytesButCountersStartAtZero) {
   History history;
   history.Append(Round(1));
