@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -235,79 +234,6 @@ Task RunController::WaitTaskLocked() const {
   return wait;
 }
 
-SavedRun RunController::SnapshotLocked() const {
-  SavedRun run;
-  v1::CoordinatorState& s = run.state;
-  s.set_run_id(run_id_);
-  s.set_phase(phase_);
-  s.set_round(RoundLocked());
-  s.set_model_round(version_);
-  s.set_mode(std::string(scheduler_->mode()));
-  s.set_strategy(strategy_.name);
-  *s.mutable_strategy_config() = strategy_.config;
-  // A handle per record: the save writes their bytes, outside the lock.
-  run.records = history_.Latest(std::numeric_limits<size_t>::max());
-  if (const std::optional<double> loss = stop_.previous_loss(); loss) {
-    s.set_has_previous_train_loss(true);
-    s.set_previous_train_loss(*loss);
-  }
-  s.set_stop_reason(stop_reason_);
-  if (final_evaluation_.has_value()) {
-    *s.mutable_final_evaluation() = *final_evaluation_;
-  }
-  s.set_bytes_received(history_.bytes_received());
-  s.set_bytes_sent(history_.bytes_sent());
-  s.set_sampler(clients_.SamplerState());
-  s.set_clients_joined(static_cast<int64_t>(clients_.joined()));
-  privacy_.Save(&s);
-  run.weights = global_;
-  run.optimizer = strategy_.optimizer->State();
-  return run;
-}
-
-std::function<void()> RunController::SaveLocked() {
-  if (store_ == nullptr) return nullptr;
-  return [this, run = SnapshotLocked()]() {
-    if (absl::Status saved = store_->Save(spec_, run); !saved.ok()) {
-      Logf("round %d: the run could not be saved: %s", run.state.round(),
-           saved.ToString());
-      if (strategy_.dp.enabled()) StopAfterAFailedSave();
-    }
-  };
-}
-
-void RunController::StopAfterAFailedSave() {
-  Effects effects;
-  {
-    absl::MutexLock lock(&mu_);
-    if (phase_ != v1::PHASE_TRAINING &&
-        phase_ != v1::PHASE_WAITING_FOR_CLIENTS) {
-      return;
-    }
-    Logf(
-        "round %d: central DP: no round is released while the last one's "
-        "privacy charge is not on disk",
-        version_);
-    const absl::Time now = absl::Now();
-    StopTrainingLocked("state_not_saved", now, &effects);
-    MaybeStartLocked(now, &effects);
-  }
-  effects.Run();
-}
-
-absl::Status RunController::SaveResumeCharge() {
-  SavedRun run;
-  {
-    absl::MutexLock lock(&mu_);
-    if (!resume_charge_unsaved_) return absl::OkStatus();
-    run = SnapshotLocked();
-  }
-  if (absl::Status saved = store_->Save(spec_, run); !saved.ok()) return saved;
-  absl::MutexLock lock(&mu_);
-  resume_charge_unsaved_ = false;
-  return absl::OkStatus();
-}
-
 void RunController::Shutdown() {
   Effects effects;
   {
@@ -523,7 +449,7 @@ void RunController::MaybeStartLocked(absl::Time now, Effects* effects) {
     // run resumed in this phase would otherwise evaluate on whichever client
     // joined again first, and report one partition's accuracy as the run's.
     const int num_ready = clients_.CountReady(now);
-    if (num_ready == 0 || num_ready < options_.min_clients) return;
+    if (num_ready < options_.min_clients) return;  // at least 1 (Validate)
     std::vector<std::string> ready = clients_.Ready(now);
     ready.erase(std::remove_if(ready.begin(), ready.end(),
                                [this](const std::string& id)
