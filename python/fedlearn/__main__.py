@@ -2,8 +2,9 @@
 
     python3 -m fedlearn status HOST:PORT            phase, round, clients, last rounds
     python3 -m fedlearn watch HOST:PORT [--every S]  the same, redrawn while the run goes
-    python3 -m fedlearn model HOST:HTTP_PORT OUT.safetensors
+    python3 -m fedlearn model HOST:HTTP_PORT OUT.safetensors [--tls_ca CA.pem]
                                                      the current global model, over HTTP
+                                                     (HTTPS with --tls_ca or an https:// URL)
 
 ``status`` and ``watch`` call GetStatus on the gRPC port; ``model`` downloads
 /api/model.safetensors from the dashboard's port (all of it, or nothing: a failed download
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import os
+import ssl
 import sys
 import tempfile
 import time
@@ -79,17 +81,26 @@ def render_status(status: Any, last: int = 8) -> str:
     return "\n".join(lines)
 
 
-def download_model(address: str, out: str) -> int:
+def download_model(address: str, out: str, tls_ca: Optional[str] = None) -> int:
     """Saves /api/model.safetensors from the dashboard at ``address`` (HOST:PORT, or a
     URL) to ``out``; returns the bytes written.
+
+    A coordinator started with ``--tls_cert`` serves its dashboard over HTTPS with that
+    certificate: ``tls_ca`` is the PEM CA to trust for it (the system's CAs without it),
+    and makes a bare HOST:PORT an https:// one.
 
     The bytes go to a temporary file beside ``out``, which replaces ``out`` only once the
     whole body (as many bytes as the reply's Content-Length) has arrived and is on disk:
     a download that fails leaves ``out`` as it was and nothing else behind. Raises
     ``FedlearnError`` naming the URL or the file.
     """
-    url = address if "://" in address else f"http://{address}"
-    url = url.rstrip("/") + "/api/model.safetensors"
+    if "://" not in address:
+        address = f"{'https' if tls_ca else 'http'}://{address}"
+    url = address.rstrip("/") + "/api/model.safetensors"
+    try:
+        context = ssl.create_default_context(cafile=tls_ca)
+    except (OSError, ssl.SSLError) as e:
+        raise FedlearnError(f"{tls_ca}: not a PEM CA ({e})") from None
     directory = os.path.dirname(os.path.abspath(out))
     try:
         f = tempfile.NamedTemporaryFile(dir=directory, prefix=os.path.basename(out) + ".",
@@ -98,7 +109,7 @@ def download_model(address: str, out: str) -> int:
         raise FedlearnError(f"{out}: {e.strerror or e}") from None
     try:
         with f:
-            n = _copy_body(url, f)  # its errors name the URL or the file already
+            n = _copy_body(url, f, context)  # its errors name the URL or the file already
             f.flush()
             os.fsync(f.fileno())
             # As open() would have made it (a temporary file is 0600).
@@ -114,10 +125,10 @@ def download_model(address: str, out: str) -> int:
             os.unlink(f.name)
 
 
-def _copy_body(url: str, f: Any) -> int:
+def _copy_body(url: str, f: Any, context: ssl.SSLContext) -> int:
     """Writes the body of a GET of ``url`` to ``f``; returns its length."""
     try:
-        with urllib.request.urlopen(url, timeout=30) as r:
+        with urllib.request.urlopen(url, timeout=30, context=context) as r:
             expected = r.headers.get("Content-Length")
             n = 0
             while True:
@@ -157,10 +168,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     m = sub.add_parser("model", help="download the current global model")
     m.add_argument("address", help="HOST:PORT of the dashboard's HTTP port")
     m.add_argument("out", help="where to write the .safetensors file")
+    m.add_argument("--tls_ca", help="PEM CA to trust (a dashboard over HTTPS)")
     args = p.parse_args(argv)
     try:
         if args.command == "model":
-            n = download_model(args.address, args.out)
+            n = download_model(args.address, args.out, args.tls_ca)
             print(f"{args.out}: {n:,} bytes")
             return 0
         tls = None

@@ -318,6 +318,20 @@ class ClientTest(unittest.TestCase):
             client = fedlearn.Client(address, lambda w, p: (w, 1, {"loss": 1.0}),
                                      lambda w, p: (0.5, 0.5, 1), tls=tls)
             summary = client.run()
+            # The dashboard is HTTPS with the same certificate: `model` trusts the CA
+            # it is given, and refuses the certificate without it.
+            http = c.http.replace("127.0.0.1", "localhost")
+            out = os.path.join(certs, "model.safetensors")
+            with redirect_stdout(io.StringIO()):
+                self.assertEqual(cli(["model", http, out, "--tls_ca", path("ca.pem")]), 0)
+            with open(out, "rb") as f:
+                header_len = struct.unpack("<Q", f.read(8))[0]
+            self.assertEqual(os.path.getsize(out), 8 + header_len + 199210 * 4)
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err), redirect_stdout(io.StringIO()):
+                self.assertEqual(cli(["model", f"https://{http}", out + ".2"]), 1)
+            self.assertIn("CERTIFICATE_VERIFY_FAILED", err.getvalue())
+            self.assertFalse(os.path.exists(out + ".2"))
         self.assertEqual(summary.rounds_trained, 1)
         self.assertEqual(summary.evaluations, 1)
 
