@@ -349,9 +349,17 @@ int Run() {
 
   absl::Mutex mu;
   int finished = 0;
+  ProgressConsole* const log = console.get();
   for (Slot& slot : slots) {
-    slot.thread = std::thread([&slot, &mu, &finished] {
+    slot.thread = std::thread([&slot, &mu, &finished, log, agents] {
       slot.result = slot.agent->Run();
+      // Said when it happens: with --agents=N the others may go on for hours
+      // before the summary lines. (Its message names the agent.)
+      if (agents > 1 && !slot.result.ok() &&
+          !absl::IsCancelled(slot.result.status())) {
+        ConsoleLogf(log, "%s; the other agents go on",
+                    slot.result.status().ToString());
+      }
       absl::MutexLock lock(&mu);
       ++finished;
     });
@@ -381,16 +389,21 @@ int Run() {
   }
   for (Slot& slot : slots) slot.thread.join();
 
-  bool failed = false;
+  // Stopped by the signal is not a failure; an agent that had failed before
+  // it still is (the signal's exit status would hide it).
+  auto failed = [&signalled](const Slot& slot) {
+    return !slot.result.ok() &&
+           !(signalled.has_value() && absl::IsCancelled(slot.result.status()));
+  };
+  bool any_failed = false;
   for (const Slot& slot : slots) {
     std::printf("%s\n", SummaryLine(slot).c_str());
-    failed |= !slot.result.ok();
+    any_failed |= failed(slot);
   }
   std::fflush(stdout);
-  if (signalled.has_value()) return *signalled;
-  if (!failed) return 0;
+  if (!any_failed) return signalled.value_or(0);
   for (const Slot& slot : slots) {
-    if (!slot.result.ok()) Fail(kExitFailure, slot.result.status().ToString());
+    if (failed(slot)) Fail(kExitFailure, slot.result.status().ToString());
   }
   return kExitFailure;
 }

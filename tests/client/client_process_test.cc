@@ -314,6 +314,25 @@ TEST_F(ClientProcessTest, SignalsStopTheAgents) {
   }
 }
 
+// With --agents=N, an agent that fails says so when it fails, not in the
+// summary after the others are done (which may be hours later); and a signal
+// later does not turn that failure into exit 0.
+TEST_F(ClientProcessTest, AnAgentThatFailsSaysSoAtOnceAndTheExitStatusKeepsIt) {
+  // Room for one client, and a run that never starts.
+  ChildProcess coordinator(
+      Coordinator({"--min_clients=10", "--max_clients=1"}));
+  const int port = ListeningPort(coordinator);
+  ASSERT_GT(port, 0) << coordinator.output();
+  ChildProcess client(Client({"--agents=2", "--max_backoff=100ms"}, port));
+  ASSERT_TRUE(
+      client.WaitForLine("the other agents go on", kTimeout).has_value())
+      << client.output();
+  EXPECT_THAT(client.output(), HasSubstr("RESOURCE_EXHAUSTED"));
+  client.Signal(SIGTERM);
+  EXPECT_EQ(client.Wait(absl::Seconds(5)), 1) << client.output();
+  EXPECT_THAT(client.output(), HasSubstr(": stopped"));  // the other one
+}
+
 TEST_F(ClientProcessTest, ReadmeDocumentsEveryFlag) {
   ChildProcess help({FEDLEARN_CLIENT_BINARY, "--help"});
   ASSERT_TRUE(help.Wait(absl::Seconds(20)).has_value());
