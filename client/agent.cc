@@ -192,8 +192,9 @@ constexpr absl::Duration kStopLatency = absl::Milliseconds(100);
 // stopped answering (a frozen process, a host gone without a reset).
 constexpr absl::Duration kPushGrace = absl::Seconds(30);
 
-// The answers to a push or report that only mean the round has moved on
-// without it: not counted, nothing to fix.
+// The answers to an evaluation report that only mean the attempt has moved on
+// without it: not counted, nothing to fix. (A push's are told apart finer, in
+// Push.)
 bool RoundMovedOn(absl::StatusCode code) {
   return code == absl::StatusCode::kFailedPrecondition ||
          code == absl::StatusCode::kAlreadyExists ||
@@ -604,69 +605,119 @@ absl::Status Agent::Train(CoordinatorClient::ReceivedTask received) {
 
 absl::Status Agent::Push() {
   Update& update = update_;
-  // Never unbounded: a task without a deadline (async mode) gets
-  // reconnect_timeout, so a push queued at a coordinator whose host vanished
-  // (no reset, nothing unacknowledged for TCP to notice) ends and is retried;
-  // as the Python SDK's push.
-  const absl::Time deadline = update.push_deadline != absl::InfiniteFuture()
-                                  ? update.push_deadline
-                                  : absl::Now() + options_.reconnect_timeout;
-  absl::StatusOr<v1::PushGradientResponse> pushed =
-      client_.PushUpdate(update.header, update.delta, deadline);
-  if (pushed.ok()) {
-    NoteContact(Op::kPush);
-    ForgetUpdate();
-    // As it travelled: int8 updates are a quarter of the floats' bytes.
-    const int64_t bytes =
-        PayloadBytes(client_.spec(), update.header.encoding());
-    ++summary_.rounds_trained;
-    summary_.bytes_sent += bytes;
-    summary_.last_train = update.metrics;
-    if (console_ != nullptr && !console_->round_lines())
+  // Answers of "not now" in a row: a push preempted as too slow while others
+  // waited for a receive buffer, a limit of the moment (RESOURCE_EXHAUSTED),
+  // or one cut off by the coordinator (CANCELLED: its round closed, or it is
+  // shutting down and a resumed run may ask for this round again).
+  int refusals = 0;
+  for (;;) {
+    // Never unbounded: a task without a deadline (async mode) gets
+    // reconnect_timeout, so a push queued at a coordinator whose host
+    // vanished (no reset, nothing unacknowledged for TCP to notice) ends and
+    // is retried; as the Python SDK's push.
+    const absl::Time deadline = update.push_deadline != absl::InfiniteFuture()
+                                    ? update.push_deadline
+                                    : absl::Now() + options_.reconnect_timeout;
+    absl::StatusOr<v1::PushGradientResponse> pushed =
+        client_.PushUpdate(update.header, update.delta, deadline);
+    if (pushed.ok()) {
+      NoteContact(Op::kPush);
+      NotePushed(*pushed);
       return absl::OkStatus();
-    const TrainMetrics& m = update.metrics;
-    const double seconds =
-        std::max(absl::ToDoubleSeconds(update.train_time), 1e-9);
-    ConsoleLogf(console_,
-                "%s: round %d: loss %.4f accuracy %.4f%s; %d examples x %d "
-                "epochs in %.2fs (%.0f samples/s); sent %s (update %d of the "
-                "round)",
-                name_, update.round, m.loss, m.accuracy,
-                m.num_validation > 0
-                    ? absl::StrFormat(", validation loss %.4f accuracy %.4f",
-                                      m.validation_loss, m.validation_accuracy)
-                    : "",
-                m.num_examples, update.epochs, seconds,
-                static_cast<double>(m.num_examples) * update.epochs / seconds,
-                MegaBytes(bytes), pushed->accepted_this_round());
-    return absl::OkStatus();
+    }
+    if (stopping()) return Stopped();
+    const absl::Status& error = pushed.status();
+    const absl::StatusCode code = error.code();
+    if (code == absl::StatusCode::kFailedPrecondition ||
+        code == absl::StatusCode::kAlreadyExists) {
+      // The round moved on without it (or already has it): nothing to fix.
+      NoteContact(Op::kPush);
+      DropUpdate("the round moved on", error);
+      return absl::OkStatus();
+    }
+    if (code == absl::StatusCode::kResourceExhausted ||
+        code == absl::StatusCode::kCancelled) {
+      // The coordinator answered "not now": the same update is pushed again
+      // after a backoff, without training it again or polling (a poll could
+      // hand out a newer task, for which this update no longer counts). A
+      // round that closed meanwhile answers FAILED_PRECONDITION; a
+      // coordinator that went away, UNAVAILABLE (and a resumed one asks for
+      // the round again).
+      NoteContact(Op::kPush);
+      const absl::Duration delay =
+          Backoff(refusals, options_.initial_backoff, options_.max_backoff,
+                  std::uniform_real_distribution<double>(0, 1)(jitter_));
+      ++refusals;
+      const bool round_over =
+          update.push_deadline != absl::InfiniteFuture() &&
+          absl::Now() + delay >= update.push_deadline - kPushGrace;
+      if (refusals >= options_.max_repeated_errors || round_over) {
+        DropUpdate(round_over
+                       ? "its round's deadline came"
+                       : absl::StrCat("refused ", refusals, " times in a row"),
+                   error);
+        return absl::OkStatus();
+      }
+      ConsoleLogf(console_,
+                  "%s: round %d: update not taken now (%s); pushing it again "
+                  "in %s",
+                  name_, update.round, error.ToString(), Millis(delay));
+      FEDLEARN_RETURN_IF_ERROR(Pause(delay));
+      continue;
+    }
+    if (!IsRetryable(code) && !MustJoinAgain(code)) {
+      // Anything else it refused would be refused again.
+      ForgetUpdate();
+      ++summary_.updates_rejected;
+      return Recover(Op::kPush, error);
+    }
+    // Unanswered, or answered by a coordinator that does not know us: the
+    // update is kept for a coordinator that comes back, and for one that came
+    // back without knowing us (a restart resumed from its state directory
+    // asks the new identity for the same round, and Train pushes it again).
+    const int joins = summary_.joins;
+    FEDLEARN_RETURN_IF_ERROR(Recover(Op::kPush, error));
+    if (summary_.joins != joins ||
+        (update.push_deadline != absl::InfiniteFuture() &&
+         absl::Now() >= update.push_deadline)) {
+      return absl::OkStatus();  // the next task says whether it is wanted
+    }
+    // The same coordinator is back (or answers again): pushed again at once,
+    // before a poll could hand out a newer task.
   }
-  if (stopping()) return Stopped();
-  const absl::Status& error = pushed.status();
-  // Refused for now, not for good: the round moved on, or a limit was hit
-  // (RESOURCE_EXHAUSTED: a push too slow to keep its receive buffer while
-  // others waited, or the coordinator's memory budget). The coordinator
-  // answered; the update is dropped and the agent carries on.
-  const bool moved_on = RoundMovedOn(error.code());
-  if (moved_on || error.code() == absl::StatusCode::kResourceExhausted) {
-    NoteContact(Op::kPush);
-    ForgetUpdate();
-    ++summary_.updates_rejected;
-    ConsoleLogf(console_, "%s: round %d: update not counted, %s (%s)", name_,
-                update.round,
-                moved_on ? "the round moved on" : "a coordinator limit was hit",
-                error.ToString());
-    return absl::OkStatus();
-  }
-  // Keep the update for a coordinator that comes back, and for one that came
-  // back without knowing us (a restart resumed from its state directory asks
-  // the new identity for the same round): anything else it refused would be
-  // refused again.
-  if (!IsRetryable(error.code()) && !MustJoinAgain(error.code())) {
-    ForgetUpdate();
-    ++summary_.updates_rejected;
-  }
-  return Recover(Op::kPush, error);
+}
+
+void Agent::NotePushed(const v1::PushGradientResponse& pushed) {
+  Update& update = update_;
+  ForgetUpdate();
+  // As it travelled: int8 updates are a quarter of the floats' bytes.
+  const int64_t bytes = PayloadBytes(client_.spec(), update.header.encoding());
+  ++summary_.rounds_trained;
+  summary_.bytes_sent += bytes;
+  summary_.last_train = update.metrics;
+  if (console_ != nullptr && !console_->round_lines()) return;
+  const TrainMetrics& m = update.metrics;
+  const double seconds =
+      std::max(absl::ToDoubleSeconds(update.train_time), 1e-9);
+  ConsoleLogf(console_,
+              "%s: round %d: loss %.4f accuracy %.4f%s; %d examples x %d "
+              "epochs in %.2fs (%.0f samples/s); sent %s (update %d of the "
+              "round)",
+              name_, update.round, m.loss, m.accuracy,
+              m.num_validation > 0
+                  ? absl::StrFormat(", validation loss %.4f accuracy %.4f",
+                                    m.validation_loss, m.validation_accuracy)
+                  : "",
+              m.num_examples, update.epochs, seconds,
+              static_cast<double>(m.num_examples) * update.epochs / seconds,
+              MegaBytes(bytes), pushed.accepted_this_round());
+}
+
+void Agent::DropUpdate(absl::string_view why, const absl::Status& error) {
+  ForgetUpdate();
+  ++summary_.updates_rejected;
+  ConsoleLogf(console_, "%s: round %d: update not counted, %s (%s)", name_,
+              update_.round, why, error.ToString());
 }
 
 void Agent::ForgetUpdate() {

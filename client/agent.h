@@ -16,6 +16,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "client/coordinator_client.h"
@@ -188,8 +189,13 @@ class Agent {
   // backoff, or a re-join), or returns the error that ends Run.
   absl::Status Recover(Op op, const absl::Status& error);
   absl::Status Train(CoordinatorClient::ReceivedTask task);
-  // Pushes update_.
+  // Pushes update_: again, without training it again, while the coordinator
+  // answers "not now" or comes back from a failure as the same coordinator.
   absl::Status Push();
+  // What a push the coordinator took leaves: the summary and its log line.
+  void NotePushed(const v1::PushGradientResponse& pushed);
+  // Wipes update_, not counted (`why`, the coordinator's `error`).
+  void DropUpdate(absl::string_view why, const absl::Status& error);
   // The last update's push is settled: it is no longer pending and its values
   // are zeroed (the buffer is kept, its pages touched once).
   void ForgetUpdate();

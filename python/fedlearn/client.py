@@ -39,8 +39,8 @@ from fedlearn.wire import MAX_CHUNK_BYTES, Payload, Reassembler, encode, push_re
 # How long past its round's deadline a push may go unanswered (the C++ agent's
 # kPushGrace): the coordinator ends a push when its round closes.
 PUSH_GRACE_S = 30.0
-# Broken downloads in a row before run() gives up (the C++ agent's
-# --max_repeated_errors default).
+# Broken downloads in a row before run() gives up, and pushes answered "not now" in a
+# row before their update is dropped (the C++ agent's --max_repeated_errors default).
 MAX_REPEATED_ERRORS = 3
 
 Weights = List[np.ndarray]
@@ -549,7 +549,8 @@ class Client:
             self._held = _HeldUpdate(run_id, task.round, weights_crcs, header,
                                      payloads)
 
-    def _deliver(self, send: Callable[[], Any], what: str) -> str:
+    def _deliver(self, send: Callable[[], Any], what: str, not_now: tuple = (),
+                 give_up_by: Optional[float] = None) -> str:
         """Sends a result of this client's task (an update, an evaluation) until it
         counts or cannot, as the C++ agent does: "sent"; "refused" (FAILED_PRECONDITION,
         ALREADY_EXISTS, CANCELLED: the round or the evaluation moved on;
@@ -558,9 +559,15 @@ class Client:
         under an identity the result was not asked of); "stopped". While the
         coordinator is unreachable the same result is sent again after a backoff, and
         ALREADY_EXISTS then means an earlier attempt arrived though its reply did not:
-        "sent". Other codes raise."""
+        "sent". A code in ``not_now`` (an update's RESOURCE_EXHAUSTED and CANCELLED: a
+        push preempted as too slow, or cut off as the coordinator shuts down) sends the
+        same result again after a backoff, before any poll could hand out a newer task:
+        "refused" after MAX_REPEATED_ERRORS of them in a row, or once the backoff would
+        end past ``give_up_by`` (time.monotonic: the round's deadline). Other codes
+        raise."""
         grpc = self._grpc
         attempts = 0
+        refusals = 0
         while not self._stopping.is_set():
             attempts += 1
             try:
@@ -571,6 +578,17 @@ class Client:
                 code = e.code()
                 if code == grpc.StatusCode.ALREADY_EXISTS and attempts > 1:
                     pass  # an earlier attempt arrived
+                elif code in not_now:
+                    self._succeeded()  # it answered
+                    refusals += 1
+                    cap = min(self._max_backoff, 0.05 * 2 ** min(refusals, 20))
+                    delay = self._rng.uniform(cap / 2, cap)
+                    if refusals >= MAX_REPEATED_ERRORS or (
+                            give_up_by is not None
+                            and time.monotonic() + delay >= give_up_by):
+                        return "refused"
+                    self._sleep(delay)
+                    continue  # the same result
                 elif code in (grpc.StatusCode.FAILED_PRECONDITION,
                               grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.CANCELLED,
                               grpc.StatusCode.RESOURCE_EXHAUSTED):
@@ -603,7 +621,11 @@ class Client:
                        else max(1.0, push_by - time.monotonic()))
             self.push_update(header, payloads, timeout=timeout)
 
-        outcome = self._deliver(send, "PushGradient")
+        grpc = self._grpc
+        outcome = self._deliver(
+            send, "PushGradient",
+            not_now=(grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.CANCELLED),
+            give_up_by=None if push_by is None else push_by - PUSH_GRACE_S)
         if outcome == "sent":
             self.summary.upload_seconds += time.perf_counter() - attempt["started"]
             self.summary.rounds_trained += 1

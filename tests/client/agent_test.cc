@@ -477,15 +477,18 @@ TEST_F(AgentTest, TwoRunningAgentsCannotShareASessionFile) {
   EXPECT_EQ(status.clients(0).state(), "gone");
 }
 
-// A coordinator of the test's own, to script an answer the real one gives
-// only under load: it refuses the first `refusals` pushes with
-// RESOURCE_EXHAUSTED (as the real one does a push preempted as too slow to
-// keep its receive buffer while others wait), then accepts one, then says
-// DONE. Each poll before that is a TRAIN task of the next round.
+// A coordinator of the test's own, to script answers the real one gives only
+// under load or faults: it refuses the first `refusals` pushes with `code`
+// (RESOURCE_EXHAUSTED as the real one refuses a push preempted as too slow to
+// keep its receive buffer while others wait, CANCELLED as it cuts off a push
+// when shutting down, UNAVAILABLE as a proxy answers when it lost the
+// coordinator), then accepts one, then says DONE. Each poll before that is a
+// TRAIN task of the next round, so an update that is not pushed again before
+// the next poll can no longer count.
 class RefusingCoordinator final : public v1::Coordinator::Service {
  public:
-  explicit RefusingCoordinator(int refusals)
-      : spec_(*LookupModel("mlp_2nn")), refusals_(refusals) {}
+  RefusingCoordinator(int refusals, grpc::StatusCode code)
+      : spec_(*LookupModel("mlp_2nn")), refusals_(refusals), code_(code) {}
 
   grpc::Status Join(grpc::ServerContext*, const v1::JoinRequest*,
                     v1::JoinResponse* response) override {
@@ -530,12 +533,14 @@ class RefusingCoordinator final : public v1::Coordinator::Service {
     // The go-ahead the agent waits for before it sends its chunks.
     reader->SendInitialMetadata();
     v1::PushGradientRequest message;
+    int64_t round = 0;
     while (reader->Read(&message)) {
+      if (message.has_header()) round = message.header().round();
     }
     absl::MutexLock lock(&mu_);
-    if (++pushes_ <= refusals_) {
-      return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                          "client client-1: upload too slow (preempted)");
+    pushed_rounds_.push_back(round);
+    if (static_cast<int>(pushed_rounds_.size()) <= refusals_) {
+      return grpc::Status(code_, "client client-1: scripted refusal");
     }
     accepted_ = true;
     return grpc::Status::OK;
@@ -546,48 +551,99 @@ class RefusingCoordinator final : public v1::Coordinator::Service {
     return grpc::Status::OK;
   }
 
-  int pushes() {
+  // The round of each push's header, in order.
+  std::vector<int64_t> pushed_rounds() {
     absl::MutexLock lock(&mu_);
-    return pushes_;
+    return pushed_rounds_;
+  }
+  // TRAIN tasks handed out.
+  int64_t tasks() {
+    absl::MutexLock lock(&mu_);
+    return round_;
   }
 
  private:
   const ModelSpec spec_;
   const int refusals_;
+  const grpc::StatusCode code_;
   absl::Mutex mu_;
   int64_t round_ ABSL_GUARDED_BY(mu_) = 0;
-  int pushes_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<int64_t> pushed_rounds_ ABSL_GUARDED_BY(mu_);
   bool accepted_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-// A push refused for a limit is dropped, counted, and the agent carries on
-// (README, as the Python SDK does): it does not count towards
-// max_repeated_errors, so a client on a slow link is not ended after three
-// preempted rounds.
-TEST(AgentPushTest, PushesRefusedForALimitAreDroppedAndTheAgentCarriesOn) {
-  RefusingCoordinator coordinator(/*refusals=*/5);
+// Runs one agent against `coordinator` to DONE; counts its trainings.
+absl::StatusOr<AgentSummary> RunAgainst(RefusingCoordinator& coordinator,
+                                        int max_repeated_errors,
+                                        std::atomic<int>* trainings,
+                                        bool* holds_update_values) {
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
                            &port);
   builder.RegisterService(&coordinator);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  ASSERT_NE(server, nullptr);
+  if (server == nullptr) return absl::InternalError("no server");
   AgentOptions options;
   options.coordinator = absl::StrCat("127.0.0.1:", port);
   options.display_name = "slow-link";
   options.initial_backoff = absl::Milliseconds(20);
   options.max_backoff = absl::Milliseconds(200);
-  options.max_repeated_errors = 3;  // fewer than the refusals
+  options.max_repeated_errors = max_repeated_errors;
   options.jitter_seed = 1;
-  Agent agent(options, FakeFactory(Script()));
+  Script script;
+  script.on_train = [trainings](int, const ProgressFn&) { ++*trainings; };
+  Agent agent(options, FakeFactory(script));
   absl::StatusOr<AgentSummary> summary = agent.Run();
-  ASSERT_TRUE(summary.ok()) << summary.status();
-  EXPECT_EQ(coordinator.pushes(), 6);
-  EXPECT_EQ(summary->updates_rejected, 5);
-  EXPECT_EQ(summary->rounds_trained, 1);
-  EXPECT_FALSE(agent.HoldsUpdateValues());  // what was refused is wiped
+  *holds_update_values = agent.HoldsUpdateValues();
   server->Shutdown();
+  return summary;
+}
+
+// "Not now" (a push preempted as too slow while others waited, a coordinator
+// shutting down), or no answer from the same coordinator: the update is
+// pushed again as it is, before any poll, so it still counts for its round
+// (a poll would hand out a newer task: in async mode always) and is not
+// trained again.
+class AgentPushAgainTest : public ::testing::TestWithParam<grpc::StatusCode> {};
+
+TEST_P(AgentPushAgainTest, TheSameUpdateIsPushedAgainBeforeAnyPoll) {
+  RefusingCoordinator coordinator(/*refusals=*/2, GetParam());
+  std::atomic<int> trainings{0};
+  bool holds = true;
+  absl::StatusOr<AgentSummary> summary =
+      RunAgainst(coordinator, /*max_repeated_errors=*/3, &trainings, &holds);
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(coordinator.pushed_rounds(), std::vector<int64_t>({1, 1, 1}));
+  EXPECT_EQ(coordinator.tasks(), 1);
+  EXPECT_EQ(trainings.load(), 1);
+  EXPECT_EQ(summary->rounds_trained, 1);
+  EXPECT_EQ(summary->updates_rejected, 0);
+  EXPECT_FALSE(holds);  // pushed, then wiped
+}
+
+INSTANTIATE_TEST_SUITE_P(Codes, AgentPushAgainTest,
+                         ::testing::Values(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                           grpc::StatusCode::CANCELLED,
+                                           grpc::StatusCode::UNAVAILABLE));
+
+// Refused "not now" max_repeated_errors times in a row, the update is dropped
+// and counted, and the agent carries on with the next task (README, as the
+// Python SDK does): a client on a slow link is not ended by its refusals.
+TEST(AgentPushTest, AnUpdateRefusedTooOftenIsDroppedAndTheAgentCarriesOn) {
+  RefusingCoordinator coordinator(/*refusals=*/5,
+                                  grpc::StatusCode::RESOURCE_EXHAUSTED);
+  std::atomic<int> trainings{0};
+  bool holds = true;
+  absl::StatusOr<AgentSummary> summary =
+      RunAgainst(coordinator, /*max_repeated_errors=*/3, &trainings, &holds);
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(coordinator.pushed_rounds(),
+            std::vector<int64_t>({1, 1, 1, 2, 2, 2}));
+  EXPECT_EQ(trainings.load(), 2);
+  EXPECT_EQ(summary->updates_rejected, 1);
+  EXPECT_EQ(summary->rounds_trained, 1);
+  EXPECT_FALSE(holds);  // what was refused is wiped
 }
 
 TEST_F(AgentTest, WrongJoinTokenIsUnauthenticated) {

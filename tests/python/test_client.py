@@ -409,8 +409,8 @@ class ClientTest(unittest.TestCase):
 
         C = grpc.StatusCode
         self.assertEqual(deliver(), ("sent", 1))
-        # The round moved on, or the result is over a limit: dropped, not raised
-        # (a push preempted as too slow ends RESOURCE_EXHAUSTED).
+        # The round moved on, or the result is over a limit: dropped, not raised (an
+        # evaluation report's policy; an update's push is below).
         for code in (C.FAILED_PRECONDITION, C.ALREADY_EXISTS, C.CANCELLED,
                      C.RESOURCE_EXHAUSTED):
             self.assertEqual(deliver(code), ("refused", 1), code)
@@ -422,6 +422,36 @@ class ClientTest(unittest.TestCase):
             deliver(C.INVALID_ARGUMENT)
         self.assertEqual(e.exception.code, C.INVALID_ARGUMENT)
         self.assertIn("PushGradient: scripted INVALID_ARGUMENT", str(e.exception))
+
+        # An update's push, as the C++ agent's (AgentPushAgainTest): "not now"
+        # (preempted as too slow: RESOURCE_EXHAUSTED; cut off as the coordinator shuts
+        # down: CANCELLED) pushes the same update again, before any poll; refused
+        # three times in a row, or with its round's deadline passing, it is dropped.
+        def push(*codes, push_by=None):
+            client = fedlearn.Client("127.0.0.1:1", lambda w, p: (w, 1, {}),
+                                     max_backoff=0.01)
+            script = list(codes)
+            sends = []
+
+            def push_update(header, payloads, timeout):
+                sends.append(header.round)
+                if script:
+                    raise ScriptedFailure(script.pop(0))
+
+            client.push_update = push_update
+            header = client._pb2.UpdateHeader(round=4)
+            outcome = client._push(header, [], push_by)
+            return (outcome, sends, client.summary.rounds_trained,
+                    client.summary.updates_rejected)
+
+        for code in (C.RESOURCE_EXHAUSTED, C.CANCELLED):
+            self.assertEqual(push(code, code), ("sent", [4, 4, 4], 1, 0), code)
+            self.assertEqual(push(code, code, code), ("refused", [4, 4, 4], 0, 1), code)
+            # The round's deadline (push_by less the 30 s grace) has passed.
+            self.assertEqual(push(code, push_by=time.monotonic() + 30),
+                             ("refused", [4], 0, 1), code)
+        self.assertEqual(push(C.FAILED_PRECONDITION), ("refused", [4], 0, 1))
+        self.assertEqual(push(C.UNAVAILABLE), ("sent", [4, 4], 1, 0))
 
     def test_a_poll_cut_off_mid_download_is_made_again(self):
         # The coordinator cancels a download that moved nothing for --stall_timeout:
