@@ -8,6 +8,12 @@
 #include "absl/strings/str_cat.h"
 
 namespace fedlearn {
+namespace {
+
+// The outcome of every version's step in the history.
+constexpr absl::string_view kOutcome = "async";
+
+}  // namespace
 
 std::optional<int> AsyncScheduler::WantClients(int alive) const {
   if (!started_ && alive < options_.min_clients) return std::nullopt;
@@ -128,13 +134,21 @@ absl::StatusOr<Acceptance> AsyncScheduler::Accept(
   scale_sum_ += acceptance.scale;
   acceptance.accepted = static_cast<int>(accepted_.size());
   if (acceptance.accepted >= options_.buffer) {
-    acceptance.outcome = "async";
+    acceptance.outcome = kOutcome;
   } else {
     acceptance.wait_for_next_step = true;
   }
   // The reply names the version this update is part of.
   acceptance.round = version + 1;
   return acceptance;
+}
+
+absl::string_view AsyncScheduler::Stranded(
+    int alive, const std::function<bool(const std::string&)>& is_alive) const {
+  if (!open_ || accepted_.empty()) return {};
+  // At most K - 1 ids: the step closes at K.
+  const auto in = std::count_if(accepted_.begin(), accepted_.end(), is_alive);
+  return in >= alive ? kOutcome : absl::string_view();
 }
 
 Closing AsyncScheduler::Close(absl::string_view outcome, int64_t version,

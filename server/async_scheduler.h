@@ -22,7 +22,9 @@ namespace fedlearn {
 // trained from and its arrival. K = 1 applies every update as it arrives (the
 // seed's async mode). An update staler than max_staleness (0: no limit) is
 // rejected, at its header and again at its commit. Training starts once
-// min_clients are alive and goes on with whoever is there.
+// min_clients are alive and goes on with whoever is there: when fewer than K
+// clients are alive and every one's update is in, the version is made from
+// those (Stranded).
 //
 // Convergence is judged on windows of as many updates as alive clients (at
 // least min_clients): a single update's loss is one client's data. The run is
@@ -66,6 +68,12 @@ class AsyncScheduler final : public Scheduler {
   Closing Close(absl::string_view outcome, int64_t version, int alive,
                 absl::Time now) override;
   absl::Time deadline() const override { return absl::InfiniteFuture(); }
+  // A buffer of K > 1 needs K clients' updates, one each: with fewer alive
+  // clients (some died after training started, none came instead) the step
+  // is made from every alive client's update.
+  absl::string_view Stranded(
+      int alive,
+      const std::function<bool(const std::string&)>& is_alive) const override;
   void NoteSent(const std::string& client_id, const Task& task,
                 int64_t bytes) override;
   // Every client trains the latest model as it asks: nobody to replace.

@@ -899,6 +899,22 @@ void RunController::RunTimersLocked(absl::Time now, Effects* effects) {
   if (scheduler_->is_open() && now >= scheduler_->deadline()) {
     CloseStepLocked("abandoned", now, effects);
   }
+  // Clients that died since the step's updates came in are noticed here.
+  if (scheduler_->is_open()) {
+    const int alive = clients_.CountAlive(now);
+    const absl::string_view outcome =
+        scheduler_->Stranded(alive, [this, now](const std::string& id) {
+          absl::StatusOr<Client*> c = clients_.Get(id);
+          return c.ok() && clients_.IsAlive(**c, now);
+        });
+    if (!outcome.empty()) {
+      Logf(
+          "round %d: every alive client's update is in (%d alive): made "
+          "without waiting for more",
+          RoundLocked(), alive);
+      CloseStepLocked(outcome, now, effects);
+    }
+  }
   if (evaluation_.is_open() && now >= evaluation_.deadline()) {
     CloseEvaluationLocked("abandoned", now, effects);
   }

@@ -118,6 +118,16 @@ class Scheduler {
   // InfiniteFuture when it has no deadline.
   virtual absl::Time deadline() const = 0;
 
+  // When the open step has updates and can get no more (every one of the
+  // `alive` clients, `is_alive` tells which, has its update in), the outcome
+  // to close it with: a step without a deadline then closes with what it has
+  // rather than wait for clients that may never come. Empty otherwise.
+  virtual absl::string_view Stranded(
+      int /*alive*/,
+      const std::function<bool(const std::string&)>& /*is_alive*/) const {
+    return {};
+  }
+
   // `successor` is `gone` restarted under a new id: when `gone` was asked to
   // train in the open step and has not answered, `successor` takes its place
   // and gets the returned task; nullopt otherwise.

@@ -634,6 +634,40 @@ TEST_F(RunControllerTest, AsyncRejectsStaleRepeatedAndAbandonedUpdates) {
   EXPECT_EQ(Status().history_size(), 4);
 }
 
+// With a buffer of K, a version takes K clients' updates, one each. A client
+// that dies once training started leaves too few alive to fill the buffer:
+// the version is made from every alive client's update once the dead one is
+// counted gone, rather than never (their polls were held for it).
+TEST_F(RunControllerTest, AsyncBufferIsMadeFromEveryAliveClientWhenOneDies) {
+  CoordinatorOptions options = AsyncRun();
+  options.min_clients = 3;
+  options.async_buffer = 3;
+  options.max_rounds = 10;
+  options.client_timeout = absl::Seconds(1);
+  Start(options);
+  auto clients = JoinAll(3);
+  for (auto& client : clients) ASSERT_EQ(NextTask(*client).task.round(), 1);
+  const std::vector<float> initial = Global();
+  const std::vector<float> delta(NumParameters(), 0.1f);
+  ASSERT_TRUE(clients[0]->PushUpdate(Header(1, 100, 2.0), delta).ok());
+  ASSERT_TRUE(clients[1]->PushUpdate(Header(1, 100, 2.0), delta).ok());
+  // The third never pushes nor calls again. The two others wait, polling.
+  std::vector<CoordinatorClient::ReceivedTask> next(2);
+  std::thread first([&] { next[0] = NextTask(*clients[0]); });
+  next[1] = NextTask(*clients[1]);
+  first.join();
+  for (const auto& task : next) {
+    EXPECT_EQ(task.task.type(), v1::TASK_TYPE_TRAIN);
+    EXPECT_EQ(task.task.round(), 2);
+  }
+  const v1::GetStatusResponse status = Status();
+  ASSERT_EQ(status.history_size(), 1);
+  EXPECT_EQ(status.history(0).outcome(), "async");
+  EXPECT_EQ(status.history(0).responded(), 2);
+  EXPECT_NE(Global(), initial);
+  EXPECT_EQ(next[0].weights, Global());
+}
+
 TEST_F(RunControllerTest, AsyncStopCutsOffUpdatesStillUploading) {
   CoordinatorOptions options = AsyncRun();
   options.max_rounds = 1;
