@@ -119,23 +119,29 @@ BENCHMARK(BM_SaveAfterARound)
     ->Iterations(50)
     ->Unit(benchmark::kMillisecond);
 
-// What a save takes under the run's lock: a handle to every record of the
-// history (RunController::SaveLocked), whose bytes the save then writes
-// outside it. Grows with the run: per record one shared block's refcount
-// and two words.
+// What a save takes under the run's lock: a handle to each record it may
+// have to write (RunController::SnapshotLocked), whose bytes the save then
+// writes outside it. /N/N is every record of an N-record history, as every
+// save took before SavedRun::records_from (per record one shared block's
+// refcount and two words); /N/1 is what a save a round takes now, the one
+// record since the last save.
 void BM_HistoryHandlesForASave(benchmark::State& state) {
   History history;
   for (int64_t r = 1; r <= state.range(0); ++r) history.Append(Round(r));
+  const size_t taken = static_cast<size_t>(state.range(1));
   for (auto _ : state) {
-    std::vector<History::Record> records = history.Latest(history.size());
+    std::vector<History::Record> records = history.Latest(taken);
     benchmark::DoNotOptimize(records.data());
   }
-  state.SetItemsProcessed(state.iterations() * state.range(0));
+  state.SetItemsProcessed(state.iterations() * state.range(1));
 }
 BENCHMARK(BM_HistoryHandlesForASave)
-    ->Arg(1000)
-    ->Arg(10000)
-    ->Arg(100000)
+    ->Args({1000, 1000})
+    ->Args({10000, 10000})
+    ->Args({100000, 100000})
+    ->Args({1000, 1})
+    ->Args({10000, 1})
+    ->Args({100000, 1})
     ->Unit(benchmark::kMicrosecond);
 
 }  // namespace

@@ -2,13 +2,14 @@
 // save run outside the lock, and what a failed one or a resume's privacy
 // charge asks of the run. Split from run_controller.cc, whose job is the run's
 // events; the store's own format is server/state_store.cc.
-#include <limits>
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "common/log.h"
+#include "common/status_macros.h"
 #include "server/run_controller.h"  // what it defines: part of RunController
 
 namespace fedlearn {
@@ -23,8 +24,12 @@ SavedRun RunController::SnapshotLocked() const {
   s.set_mode(std::string(scheduler_->mode()));
   s.set_strategy(strategy_.name);
   *s.mutable_strategy_config() = strategy_.config;
-  // A handle per record: the save writes their bytes, outside the lock.
-  run.records = history_.Latest(std::numeric_limits<size_t>::max());
+  // A handle per record no save is known to have written: the save writes
+  // their bytes, outside the lock.
+  const int64_t records = static_cast<int64_t>(history_.size());
+  run.records_from = std::min(records_saved_, records);
+  run.records =
+      history_.Latest(static_cast<size_t>(records - run.records_from));
   if (const std::optional<double> loss = stop_.previous_loss(); loss) {
     s.set_has_previous_train_loss(true);
     s.set_previous_train_loss(*loss);
@@ -43,10 +48,19 @@ SavedRun RunController::SnapshotLocked() const {
   return run;
 }
 
+absl::Status RunController::Save(const SavedRun& run) {
+  FEDLEARN_RETURN_IF_ERROR(store_->Save(spec_, run));
+  absl::MutexLock lock(&mu_);
+  records_saved_ =
+      std::max(records_saved_,
+               run.records_from + static_cast<int64_t>(run.records.size()));
+  return absl::OkStatus();
+}
+
 std::function<void()> RunController::SaveLocked() {
   if (store_ == nullptr) return nullptr;
   return [this, run = SnapshotLocked()]() {
-    if (absl::Status saved = store_->Save(spec_, run); !saved.ok()) {
+    if (absl::Status saved = Save(run); !saved.ok()) {
       Logf("round %d: the run could not be saved: %s", run.state.round(),
            saved.ToString());
       if (strategy_.dp.enabled()) StopAfterAFailedSave();
@@ -80,7 +94,7 @@ absl::Status RunController::SaveResumeCharge() {
     if (!resume_charge_unsaved_) return absl::OkStatus();
     run = SnapshotLocked();
   }
-  if (absl::Status saved = store_->Save(spec_, run); !saved.ok()) return saved;
+  FEDLEARN_RETURN_IF_ERROR(Save(run));
   absl::MutexLock lock(&mu_);
   resume_charge_unsaved_ = false;
   return absl::OkStatus();

@@ -367,9 +367,22 @@ absl::Status StateStore::Save(const ModelSpec& spec, const SavedRun& run) {
   absl::MutexLock lock(&mu_);
   const v1::CoordinatorState& state = run.state;
   SwitchRunLocked(state.run_id());
-  const int64_t history_size =
-      state.history_size() + static_cast<int64_t>(run.records.size());
+  const int64_t records =
+      run.records_from + static_cast<int64_t>(run.records.size());
+  const int64_t history_size = state.history_size() + records;
   if (history_size < saved_history_) return absl::OkStatus();
+  // A save that does not continue the records written (fewer of them; a
+  // resumed state that held records of its own, which the caller now passes
+  // among `records`) starts a new file rather than rewrite one a state on
+  // disk names; it must pass them all.
+  const int64_t continues_from =
+      records < history_records_ ? 0 : history_records_;
+  if (run.records_from > continues_from) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "saving run ", state.run_id(), ": its records from ", run.records_from,
+        " on were passed, and the history file holds ", continues_from,
+        " of them"));
+  }
   const std::string model_file = ModelFileName(state.model_round());
   const std::string model_path = absl::StrCat(dir_, "/", model_file);
   // The model changes once a round; a file left by another process (or run)
@@ -424,12 +437,8 @@ absl::Status StateStore::Save(const ModelSpec& spec, const SavedRun& run) {
     to_write.set_optimizer_file(optimizer_file);
   }
   // The history file: the records it does not hold yet, appended (and
-  // synced) before the state that names them. A save that does not continue
-  // the records written (fewer of them; a resumed state that held records of
-  // its own, which the caller now passes among `records`) starts a new file
-  // rather than rewrite one a state on disk names.
-  const int64_t records = static_cast<int64_t>(run.records.size());
-  if (records < history_records_) {
+  // synced) before the state that names them.
+  if (continues_from == 0 && history_records_ != 0) {
     history_file_.clear();
     history_records_ = 0;
     history_bytes_ = 0;
@@ -438,8 +447,8 @@ absl::Status StateStore::Save(const ModelSpec& spec, const SavedRun& run) {
     if (history_file_.empty()) {
       history_file_ = HistoryFileName(state.run_id(), ++history_generation_);
     }
-    const std::string appended =
-        EncodeRecords(run.records, static_cast<size_t>(history_records_));
+    const std::string appended = EncodeRecords(
+        run.records, static_cast<size_t>(history_records_ - run.records_from));
     FEDLEARN_RETURN_IF_ERROR(WriteFileAt(absl::StrCat(dir_, "/", history_file_),
                                          history_bytes_, appended));
     history_records_ = records;

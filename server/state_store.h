@@ -24,10 +24,14 @@ namespace fedlearn {
 struct SavedRun {
   v1::CoordinatorState state;
   // The history after the records state.history() holds (a coordinator puts
-  // them all here), as they are kept: a save appends the ones it has not
-  // written yet to the history file, copying their bytes and parsing none.
-  // Load returns every record in state.history().
+  // them all here), as they are kept, from its record `records_from` on: a
+  // save appends the ones it has not written yet to the history file,
+  // copying their bytes and parsing none. A coordinator passes those from
+  // the last save it knows was written on, so that what it takes under its
+  // lock for a save does not grow with the run. Load returns every record in
+  // state.history().
   std::vector<History::Record> records;
+  int64_t records_from = 0;
   std::shared_ptr<const std::vector<float>> weights;
   OptimizerState optimizer;
 };
@@ -74,8 +78,10 @@ class StateStore {
   // several threads never move the directory back in time. The history file
   // is appended to while `run` continues the run saved last (same run id, its
   // records a continuation of the ones written); otherwise, as for a new run
-  // in the directory, a new one is started. Model, optimizer and history
-  // files no longer named by the state are removed. Thread-safe.
+  // in the directory, a new one is started. FAILED_PRECONDITION, writing
+  // nothing, when `run.records` start after a record the file does not hold.
+  // Model, optimizer and history files no longer named by the state are
+  // removed. Thread-safe.
   absl::Status Save(const ModelSpec& spec, const SavedRun& run);
 
   const std::string& dir() const { return dir_; }

@@ -329,6 +329,51 @@ TEST(StateStoreTest, SavesAppendOnlyTheRecordsNewSinceTheLast) {
   EXPECT_EQ(parsed.run_id(), "");
 }
 
+// A coordinator passes only the records after those its last save wrote
+// (SavedRun::records_from), so that what it takes under its lock does not
+// grow with the run: the file goes on from them. Records that start past the
+// file's end are refused, and nothing is written.
+TEST(StateStoreTest, ASaveOfTheNewRecordsOnlyContinuesTheFileAndAGapIsRefused) {
+  ScopedTempDir dir;
+  const std::string root = dir.path().string();
+  auto store = StateStore::Open(root);
+  ASSERT_TRUE(store.ok());
+  History history;
+  for (int64_t r = 1; r <= 3; ++r) history.Append(RoundOf(r, 2));
+  ASSERT_TRUE((*store)->Save(Mlp(), RunWithHistory(history, "abc123")).ok());
+
+  for (int64_t r = 4; r <= 6; ++r) history.Append(RoundOf(r, 2));
+  SavedRun newest = RunWithHistory(history, "abc123");
+  newest.records = history.Latest(3);
+  newest.records_from = 3;
+  ASSERT_TRUE((*store)->Save(Mlp(), newest).ok());
+  // Passed again, or with a record the file holds already: nothing doubles.
+  newest.records = history.Latest(4);
+  newest.records_from = 2;
+  ASSERT_TRUE((*store)->Save(Mlp(), newest).ok());
+
+  const std::string state_before = testing::ReadBytes(root + "/state.binpb");
+  const std::string history_before =
+      testing::ReadBytes(root + "/history-abc123-1.binpb");
+  for (int64_t r = 7; r <= 9; ++r) history.Append(RoundOf(r, 2));
+  SavedRun gap = RunWithHistory(history, "abc123");
+  gap.records = history.Latest(2);  // 8 and 9: 7 is missing
+  gap.records_from = 7;
+  const absl::Status refused = (*store)->Save(Mlp(), gap);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.message(), HasSubstr("records from 7 on"));
+  EXPECT_THAT(refused.message(), HasSubstr("holds 6"));
+  EXPECT_EQ(testing::ReadBytes(root + "/state.binpb"), state_before);
+  EXPECT_EQ(testing::ReadBytes(root + "/history-abc123-1.binpb"),
+            history_before);
+
+  auto loaded = (*store)->Load(Mlp());
+  ASSERT_TRUE(loaded.ok() && loaded->has_value()) << loaded.status();
+  EXPECT_EQ(Rounds((**loaded).state), OneTo(6));
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(
+      (**loaded).state.history(5), RoundOf(6, 2)));
+}
+
 // A crash after the history file grew but before the state named its new
 // length leaves records the state does not name: they are ignored, and the
 // next save writes over them.
