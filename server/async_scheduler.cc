@@ -81,7 +81,11 @@ absl::StatusOr<Ticket> AsyncScheduler::Admit(
     *why = Rejection::kStaleRound;
     return s;
   }
-  in_flight_.Track(cancel);
+  if (options_.max_staleness > 0) {
+    pushes_[header.round()].Track(cancel);  // Close cuts the too stale
+  } else {
+    in_flight_.Track(cancel);
+  }
   return Ticket{id, header.round(), rounds.sent, std::move(cancel)};
 }
 
@@ -200,6 +204,18 @@ Closing AsyncScheduler::Close(absl::string_view outcome, int64_t version,
       closing.cancel.push_back(std::move(handle));
     }
   }
+  // So do the pushes still uploading an update that could no longer be
+  // applied: the next version would find them staler than max_staleness.
+  if (options_.max_staleness > 0) {
+    const int64_t applicable_from = next_round - options_.max_staleness;
+    for (auto it = pushes_.begin();
+         it != pushes_.end() && it->first < applicable_from;
+         it = pushes_.erase(it)) {
+      for (auto& handle : it->second.Take()) {
+        closing.cancel.push_back(std::move(handle));
+      }
+    }
+  }
   // The next step starts now.
   step_start_ = now;
   accepted_.clear();
@@ -232,10 +248,12 @@ void AsyncScheduler::NoteSent(const std::string& client_id, const Task& task,
 std::vector<std::shared_ptr<CancelHandle>> AsyncScheduler::Stop() {
   open_ = false;
   std::vector<std::shared_ptr<CancelHandle>> cancel = in_flight_.Take();
-  for (auto& [round, handles] : downloads_) {
-    for (auto& handle : handles.Take()) cancel.push_back(std::move(handle));
+  for (auto* by_round : {&downloads_, &pushes_}) {
+    for (auto& [round, handles] : *by_round) {
+      for (auto& handle : handles.Take()) cancel.push_back(std::move(handle));
+    }
+    by_round->clear();
   }
-  downloads_.clear();
   return cancel;
 }
 

@@ -21,7 +21,8 @@ namespace fedlearn {
 // s_k being how many versions were made between the weights update k was
 // trained from and its arrival. K = 1 applies every update as it arrives (the
 // seed's async mode). An update staler than max_staleness (0: no limit) is
-// rejected, at its header and again at its commit. Training starts once
+// rejected, at its header and again at its commit, and its push is cut off
+// while it uploads as soon as it is. Training starts once
 // min_clients are alive and goes on with whoever is there: when fewer than K
 // clients are alive and every one's update is in, the version is made from
 // those (Stranded).
@@ -125,6 +126,11 @@ class AsyncScheduler final : public Scheduler {
   // round, older rounds cut off as each version is made, so at most as many
   // rounds as the bound lets run. Without one they go in in_flight_.
   std::map<int64_t, InFlightCalls> downloads_;
+  // With max_staleness: admitted pushes by round, cut off as the version that
+  // makes them too stale is made, rather than received whole (holding a
+  // receive buffer others may wait for) and refused at their commit. Without
+  // it they go in in_flight_.
+  std::map<int64_t, InFlightCalls> pushes_;
   // The open step (version): its updates so far.
   absl::Time step_start_;
   std::vector<std::string> accepted_;

@@ -285,16 +285,17 @@ TEST(AsyncSchedulerTest, ADownloadTooStaleToBeTakenIsCutOff) {
   // At version 1 an update for round 1 is 1 stale: still taken.
   EXPECT_TRUE(s.Close("async", 0, 2, t0).cancel.empty());
   Rejection why;
-  EXPECT_TRUE(s.Admit(Header("a", 1), Handle(), 1, &why).ok());
+  const std::shared_ptr<CancelHandle> push = Handle();
+  EXPECT_TRUE(s.Admit(Header("a", 1), push, 1, &why).ok());
   o = s.Open({}, nullptr, nullptr, 1, t0);
-  // A step that applied nothing leaves the version, and the download, as
-  // they were.
+  // A step that applied nothing leaves the version, the download and the
+  // push as they were.
   EXPECT_TRUE(s.Close("abandoned", 1, 2, t0).cancel.empty());
   o = s.Open({}, nullptr, nullptr, 1, t0);
-  // At version 2 it would be 2 stale and rejected: its download ends.
+  // At version 2 it would be 2 stale and rejected: its download ends, and
+  // so does the push still uploading it.
   Closing c = s.Close("async", 1, 2, t0);
-  ASSERT_EQ(c.cancel.size(), 1u);
-  EXPECT_EQ(c.cancel[0], a);
+  EXPECT_THAT(c.cancel, ::testing::UnorderedElementsAre(a, push));
   EXPECT_EQ(s.Admit(Header("a", 1), Handle(), 2, &why).status().code(),
             absl::StatusCode::kFailedPrecondition);
 }

@@ -700,6 +700,44 @@ TEST_F(RunControllerTest, AsyncStopCutsOffUpdatesStillUploading) {
   EXPECT_EQ(Status().history_size(), 1);
 }
 
+// With --max_staleness, a push still uploading when the version that makes
+// its update too stale is made is cut off then (CANCELLED), not received
+// whole and refused at its commit, nor left to its --stall_timeout.
+TEST_F(RunControllerTest, AsyncCutsOffAPushThatWentTooStaleWhileUploading) {
+  CoordinatorOptions options = AsyncRun();
+  options.min_clients = 3;
+  options.max_rounds = 10;
+  options.max_staleness = 1;
+  Start(options);
+  auto clients = JoinAll(3);
+  for (auto& client : clients) ASSERT_EQ(NextTask(*client).task.round(), 1);
+  const std::vector<float> delta(NumParameters(), 0.1f);
+
+  // c's push for round 1 is admitted, then stalls after its first chunk.
+  CoordinatorClient& c = *clients[2];
+  auto stub = v1::Coordinator::NewStub(channel_);
+  grpc::ClientContext context;
+  context.AddMetadata("authorization", "Bearer " + c.session_token());
+  context.set_deadline(absl::ToChronoTime(absl::Now() + kWait));
+  v1::PushGradientResponse response;
+  auto writer = stub->PushGradient(&context, &response);
+  const auto messages = Messages(c, Header(1, 100, 1.0), delta);
+  ASSERT_TRUE(writer->Write(messages[0]));
+  writer->WaitForInitialMetadata();
+  ASSERT_TRUE(writer->Write(messages[1]));
+
+  // Version 1: c's update would be 1 stale at its commit, still applicable.
+  ASSERT_TRUE(clients[0]->PushUpdate(Header(1, 100, 1.0), delta).ok());
+  // Version 2: it would be 2 stale. Cut off now (the stall timeout is 10 s).
+  const absl::Time made = absl::Now();
+  ASSERT_TRUE(clients[1]->PushUpdate(Header(1, 100, 1.0), delta).ok());
+  const grpc::Status cut = writer->Finish();
+  EXPECT_EQ(cut.error_code(), grpc::StatusCode::CANCELLED)
+      << cut.error_message();
+  EXPECT_LT(absl::Now() - made, absl::Seconds(5));
+  EXPECT_EQ(Status().history_size(), 2);
+}
+
 TEST_F(RunControllerTest, AsyncStopsWhenAWindowsLossStopsImproving) {
   CoordinatorOptions options = AsyncRun();
   options.max_rounds = 10;
