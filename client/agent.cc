@@ -187,6 +187,8 @@ class HeartbeatLoop {
 
 // How long a wait that cannot be woken (AwaitCoordinator's) may delay Stop().
 constexpr absl::Duration kStopLatency = absl::Milliseconds(100);
+// The shortest pause a WAIT task gets, whatever its retry_after_ms says.
+constexpr int64_t kMinWaitMs = 10;
 // How long past its round's deadline a push may go unanswered: the
 // coordinator ends it at the round's close, so this is for a coordinator that
 // stopped answering (a frozen process, a host gone without a reset).
@@ -335,8 +337,10 @@ absl::StatusOr<AgentSummary> Agent::Run() {
     const v1::Task& task = received->task;
     switch (task.type()) {
       case v1::TASK_TYPE_WAIT:
-        FEDLEARN_RETURN_IF_ERROR(Pause(
-            absl::Milliseconds(std::max<int64_t>(0, task.retry_after_ms()))));
+        // Floored (as the Python SDK's): a coordinator that answered WAIT at
+        // once with 0 would otherwise be polled in a hot loop.
+        FEDLEARN_RETURN_IF_ERROR(Pause(absl::Milliseconds(
+            std::max<int64_t>(kMinWaitMs, task.retry_after_ms()))));
         break;
       case v1::TASK_TYPE_TRAIN:
         summary_.bytes_received +=
@@ -479,16 +483,25 @@ absl::Status Agent::Recover(Op op, const absl::Status& error) {
   if (stopping()) return Stopped();
   const absl::StatusCode code = error.code();
   if (IsRetryable(code)) {
-    // Counted from the first call that failed, not from the last answered
-    // one: a round may train for longer than reconnect_timeout (heartbeats
-    // answered meanwhile), and its push's first failure is not silence.
-    const absl::Time now = absl::Now();
-    failing_since_ = std::min(failing_since_, now);
-    const absl::Duration silent = now - failing_since_;
-    if (silent >= options_.reconnect_timeout) {
-      return absl::UnavailableError(absl::StrCat(
-          name_, ": no answer from ", target_, " for ", Millis(silent),
-          ", giving up; last error: ", error.ToString()));
+    if (code == absl::StatusCode::kCancelled) {
+      // The coordinator cut the call off (a download that stalled or went
+      // too stale, a round that closed): it is there, so this is not
+      // silence. A client on a link too slow for every download is cut off
+      // again and again; it backs off and goes on rather than give up after
+      // reconnect_timeout saying nobody answered.
+      failing_since_ = absl::InfiniteFuture();
+    } else {
+      // Counted from the first call that failed, not from the last answered
+      // one: a round may train for longer than reconnect_timeout (heartbeats
+      // answered meanwhile), and its push's first failure is not silence.
+      const absl::Time now = absl::Now();
+      failing_since_ = std::min(failing_since_, now);
+      const absl::Duration silent = now - failing_since_;
+      if (silent >= options_.reconnect_timeout) {
+        return absl::UnavailableError(absl::StrCat(
+            name_, ": no answer from ", target_, " for ", Millis(silent),
+            ", giving up; last error: ", error.ToString()));
+      }
     }
     const absl::Duration delay = NextBackoff();
     ConsoleLogf(console_, "%s: %s failed (%s); retrying in %s", name_, what,

@@ -301,6 +301,11 @@ class Client:
         code = error.code()
         if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
                     grpc.StatusCode.CANCELLED):
+            if code == grpc.StatusCode.CANCELLED:
+                # Cut off by the coordinator, which is there: not silence, so a
+                # client whose every download is cut off (too slow a link) backs
+                # off and goes on rather than give up as unreachable.
+                self._failing_since = None
             self._backoff(from_rpc_error(error, what))
             return "backed off"
         if code in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAUTHENTICATED,

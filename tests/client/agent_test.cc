@@ -477,6 +477,19 @@ TEST_F(AgentTest, TwoRunningAgentsCannotShareASessionFile) {
   EXPECT_EQ(status.clients(0).state(), "gone");
 }
 
+// What the test's own coordinators answer a join with: client-1 of a run
+// of mlp_2nn, one epoch of batches of 10.
+void ScriptedJoin(const ModelSpec& spec, v1::JoinResponse* response) {
+  response->set_client_id("client-1");
+  response->set_session_token("token");
+  response->set_run_id("0123456789abcdef");
+  *response->mutable_model() = ToProto(spec);
+  response->mutable_plan()->set_epochs(1);
+  response->mutable_plan()->set_batch_size(10);
+  response->mutable_plan()->set_learning_rate(0.1f);
+  response->set_heartbeat_interval_ms(5000);
+}
+
 // A coordinator of the test's own, to script answers the real one gives only
 // under load or faults: it refuses the first `refusals` pushes with `code`
 // (RESOURCE_EXHAUSTED as the real one refuses a push preempted as too slow to
@@ -492,14 +505,7 @@ class RefusingCoordinator final : public v1::Coordinator::Service {
 
   grpc::Status Join(grpc::ServerContext*, const v1::JoinRequest*,
                     v1::JoinResponse* response) override {
-    response->set_client_id("client-1");
-    response->set_session_token("token");
-    response->set_run_id("0123456789abcdef");
-    *response->mutable_model() = ToProto(spec_);
-    response->mutable_plan()->set_epochs(1);
-    response->mutable_plan()->set_batch_size(10);
-    response->mutable_plan()->set_learning_rate(0.1f);
-    response->set_heartbeat_interval_ms(5000);
+    ScriptedJoin(spec_, response);
     return grpc::Status::OK;
   }
 
@@ -644,6 +650,67 @@ TEST(AgentPushTest, AnUpdateRefusedTooOftenIsDroppedAndTheAgentCarriesOn) {
   EXPECT_EQ(summary->updates_rejected, 1);
   EXPECT_EQ(summary->rounds_trained, 1);
   EXPECT_FALSE(holds);  // what was refused is wiped
+}
+
+// A coordinator that cuts off every poll (CANCELLED, as the real one cuts off
+// a download that stalls or goes too stale on a slow link) until `until`,
+// then says DONE.
+class CuttingCoordinator final : public v1::Coordinator::Service {
+ public:
+  explicit CuttingCoordinator(absl::Time until)
+      : spec_(*LookupModel("mlp_2nn")), until_(until) {}
+
+  grpc::Status Join(grpc::ServerContext*, const v1::JoinRequest*,
+                    v1::JoinResponse* response) override {
+    ScriptedJoin(spec_, response);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status RequestUpdate(
+      grpc::ServerContext*, const v1::RequestUpdateRequest*,
+      grpc::ServerWriter<v1::TaskMessage>* writer) override {
+    if (absl::Now() < until_) {
+      cut_.fetch_add(1);
+      return grpc::Status(grpc::StatusCode::CANCELLED,
+                          "client client-1: download cut off");
+    }
+    v1::TaskMessage message;
+    message.mutable_task()->set_type(v1::TASK_TYPE_DONE);
+    writer->Write(message);
+    return grpc::Status::OK;
+  }
+
+  int cut() const { return cut_.load(); }
+
+ private:
+  const ModelSpec spec_;
+  const absl::Time until_;
+  std::atomic<int> cut_{0};
+};
+
+// Cut off again and again for longer than reconnect_timeout, the agent goes
+// on: the coordinator answered every time, so it is not "no answer".
+TEST(AgentPollTest, PollsCutOffByTheCoordinatorAreNotSilence) {
+  CuttingCoordinator coordinator(absl::Now() + absl::Milliseconds(1500));
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  builder.RegisterService(&coordinator);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+  AgentOptions options;
+  options.coordinator = absl::StrCat("127.0.0.1:", port);
+  options.display_name = "slow-link";
+  options.initial_backoff = absl::Milliseconds(20);
+  options.max_backoff = absl::Milliseconds(100);
+  options.reconnect_timeout = absl::Seconds(1);
+  options.jitter_seed = 1;
+  Agent agent(options, FakeFactory(Script()));
+  absl::StatusOr<AgentSummary> summary = agent.Run();
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_GE(coordinator.cut(), 5);
+  server->Shutdown();
 }
 
 TEST_F(AgentTest, WrongJoinTokenIsUnauthenticated) {

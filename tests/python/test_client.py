@@ -453,6 +453,31 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(push(C.FAILED_PRECONDITION), ("refused", [4], 0, 1))
         self.assertEqual(push(C.UNAVAILABLE), ("sent", [4, 4], 1, 0))
 
+    def test_polls_cut_off_by_the_coordinator_are_not_silence(self):
+        # A client on a link too slow for every download is cut off (CANCELLED) again
+        # and again, for longer than reconnect_timeout: the coordinator answered each
+        # time, so the client goes on, as the C++ agent does
+        # (AgentPollTest.PollsCutOffByTheCoordinatorAreNotSilence). Unreachable is
+        # silence, and gives up after reconnect_timeout.
+        client = fedlearn.Client("127.0.0.1:1", lambda w, p: (w, 1, {}),
+                                 max_backoff=0.01, reconnect_timeout=0.05)
+
+        def fail(code):
+            def call():
+                raise ScriptedFailure(code)
+            return call
+
+        cut = fail(grpc.StatusCode.CANCELLED)
+        until = time.monotonic() + 0.3
+        while time.monotonic() < until:
+            self.assertIsNone(client._call(cut, "RequestUpdate"))
+        down = fail(grpc.StatusCode.UNAVAILABLE)
+        with self.assertRaises(fedlearn.FedlearnError) as e:
+            for _ in range(1000):
+                client._call(down, "RequestUpdate")
+        self.assertEqual(e.exception.code, grpc.StatusCode.UNAVAILABLE)
+        self.assertIn("unreachable", str(e.exception))
+
     def test_a_poll_cut_off_mid_download_is_made_again(self):
         # The coordinator cancels a download that moved nothing for --stall_timeout:
         # the poll is made again after a backoff, as the C++ agent does (retry.h),
