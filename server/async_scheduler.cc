@@ -216,6 +216,17 @@ Closing AsyncScheduler::Close(absl::string_view outcome, int64_t version,
       }
     }
   }
+  // An abandoned step applied nothing, and the next one is for the same
+  // round: its clients' updates may come again (else each would be refused
+  // as a duplicate, and a step whose clients were all of this one could
+  // never fill).
+  if (outcome == "abandoned") {
+    for (const std::string& id : accepted_) {
+      if (auto it = clients_.find(id); it != clients_.end()) {
+        it->second.pushed = 0;
+      }
+    }
+  }
   // The next step starts now.
   step_start_ = now;
   accepted_.clear();

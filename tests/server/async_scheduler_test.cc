@@ -125,6 +125,28 @@ TEST(AsyncSchedulerTest, ABufferOfKMakesAVersionEveryKUpdates) {
   EXPECT_THAT(c.loss, Optional(2.0));  // window: 3 alive clients
 }
 
+// A step abandoned (its aggregate could not be made: a spill file lost)
+// applied nothing, and the next step is for the same round: the updates it
+// had may come again, rather than be refused as duplicates for good.
+TEST(AsyncSchedulerTest, AnAbandonedStepsClientsMayPushItsRoundAgain) {
+  AsyncScheduler s(Buffered(2));
+  Opening o = s.Open({}, nullptr, nullptr, 0, t0);
+  Rejection why;
+  Send(s, o, "a");
+  auto ticket = s.Admit(Header("a", 1), Handle(), 0, &why);
+  ASSERT_TRUE(ticket.ok());
+  ASSERT_TRUE(s.Accept(*ticket, Header("a", 1), 10, 0, t0, &why).ok());
+  s.Close("abandoned", 0, 2, t0);
+  o = s.Open({}, nullptr, nullptr, 0, t0);
+  ASSERT_EQ(o.default_task.round, 1);
+  Send(s, o, "a");
+  ticket = s.Admit(Header("a", 1), Handle(), 0, &why);
+  ASSERT_TRUE(ticket.ok()) << ticket.status();
+  auto accepted = s.Accept(*ticket, Header("a", 1), 10, 0, t0, &why);
+  ASSERT_TRUE(accepted.ok()) << accepted.status();
+  EXPECT_EQ(accepted->accepted, 1);
+}
+
 // With a buffer of K, K updates are K clients': a client whose update is in
 // waits for the next version (it is not handed the same one to train again),
 // and a second push for the same version is a duplicate, even after a lost
