@@ -27,6 +27,7 @@ Opening AsyncScheduler::Open(
   Opening opening;
   if (!started_) {
     step_start_ = now;
+    saved_at_ = now;
     opening.log = absl::StrCat("async training started, a new model every ",
                                options_.buffer, " update(s)");
   }
@@ -185,6 +186,13 @@ Closing AsyncScheduler::Close(absl::string_view outcome, int64_t version,
     window_loss_ = WeightedMean();
     window_updates_ = 0;
   }
+  // And at least every kMaxUnsavedTime of versions: with many clients a
+  // window is many updates (10,000 at 10,000 alive), all of them lost to a
+  // crash before it closes.
+  if (outcome != "abandoned" && now - saved_at_ >= kMaxUnsavedTime) {
+    closing.save = true;
+  }
+  if (closing.save) saved_at_ = now;
   // Tasks from now on are for round version + 2 (version + 1 again when
   // nothing was applied). The downloads of rounds the run would no longer
   // take an update for (staler than max_staleness), or beyond the newest

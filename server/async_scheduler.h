@@ -29,12 +29,13 @@ namespace fedlearn {
 //
 // Convergence is judged on windows of as many updates as alive clients (at
 // least min_clients): a single update's loss is one client's data. The run is
-// saved once a window. Memory: three integers per client that was sent a task,
-// until the run forgets it (--forget_after), the ids of those whose task is
-// outstanding, and the handles of pushes and downloads in flight. A download
-// whose update could no longer be applied (more than max_staleness behind), or
-// whose version is no longer among the newest download_versions, is cut off
-// when the version that makes it so is made.
+// saved once a window, and at least every kMaxUnsavedTime of new versions.
+// Memory: three integers per client that was sent a task, until the run forgets
+// it (--forget_after), the ids of those whose task is outstanding, and the
+// handles of pushes and downloads in flight. A download whose update could no
+// longer be applied (more than max_staleness behind), or whose version is no
+// longer among the newest download_versions, is cut off when the version that
+// makes it so is made.
 class AsyncScheduler final : public Scheduler {
  public:
   struct Options {
@@ -48,6 +49,10 @@ class AsyncScheduler final : public Scheduler {
     int download_versions = 0;
   };
   explicit AsyncScheduler(Options options) : options_(options) {}
+
+  // The most time of applied versions a crash may lose (a save is asked for
+  // at the first version made after it).
+  static constexpr absl::Duration kMaxUnsavedTime = absl::Seconds(10);
 
   absl::string_view mode() const override { return "async"; }
   std::optional<int> WantClients(int alive) const override;
@@ -141,6 +146,8 @@ class AsyncScheduler final : public Scheduler {
   // The convergence window: updates and their train loss so far.
   WeightedMean window_loss_;
   int window_updates_ = 0;
+  // When the last step that asked for a save closed (training's start before).
+  absl::Time saved_at_;
 };
 
 }  // namespace fedlearn

@@ -105,6 +105,35 @@ TEST(AsyncSchedulerTest, EachUpdateMakesAVersionScaledByItsStaleness) {
   EXPECT_TRUE(c.save);
 }
 
+// The run is saved once a window of as many updates as alive clients, and
+// at least every kMaxUnsavedTime of versions: with 1,000 alive a window is
+// 1,000 updates, which a crash would otherwise lose whole.
+TEST(AsyncSchedulerTest, ALongWindowIsStillSavedEveryTenSeconds) {
+  AsyncScheduler s(Buffered(1));
+  ASSERT_EQ(AsyncScheduler::kMaxUnsavedTime, absl::Seconds(10));
+  int64_t version = 0;
+  Opening o = s.Open({}, nullptr, nullptr, version, t0);
+  // Applies one update at `seconds` after t0; whether its close saves.
+  auto saves_at = [&](int seconds) {
+    const absl::Time at = t0 + absl::Seconds(seconds);
+    Rejection why;
+    Send(s, o, "a");
+    auto ticket = s.Admit(Header("a", version + 1), Handle(), version, &why);
+    EXPECT_TRUE(ticket.ok()) << ticket.status();
+    EXPECT_TRUE(
+        s.Accept(*ticket, Header("a", version + 1), 10, version, at, &why)
+            .ok());
+    const Closing c = s.Close("async", version, /*alive=*/1000, at);
+    o = s.Open({}, nullptr, nullptr, ++version, at);
+    return c.save;
+  };
+  EXPECT_FALSE(saves_at(1));
+  EXPECT_FALSE(saves_at(9));
+  EXPECT_TRUE(saves_at(10));
+  EXPECT_FALSE(saves_at(19));
+  EXPECT_TRUE(saves_at(21));
+}
+
 TEST(AsyncSchedulerTest, ABufferOfKMakesAVersionEveryKUpdates) {
   AsyncScheduler s(Buffered(3));
   Opening o = s.Open({}, nullptr, nullptr, 0, t0);
