@@ -84,7 +84,7 @@ void BM_SaveAfterARound(benchmark::State& state) {
   auto save = [&] {
     run.state.set_round(round + 1);
     run.state.set_model_round(round);
-    run.records = history.Latest(history.size());
+    run.records = history.Latest(history.total());
     return (*store)->Save(spec, run);
   };
   if (absl::Status s = save(); !s.ok()) {

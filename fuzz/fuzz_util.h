@@ -78,7 +78,7 @@ inline SavedRun TinyRun() {
     }
     history.Append(std::move(record));
   }
-  run.records = history.Latest(history.size());
+  run.records = history.Latest(history.total());
   return run;
 }
 

@@ -92,6 +92,25 @@ void History::Append(v1::RoundRecord record) {
   records_.push_back(std::move(kept));
   id_bytes_ += size - summary_size;
   if (id_bytes_ > 2 * id_budget_) TrimIds();
+  Evict();
+}
+
+void History::Evict() {
+  while (records_.size() > max_records_ && dropped_ < evictable_before_) {
+    const Record& oldest = records_.front();
+    if (ids_from_ == 0) {
+      id_bytes_ -= oldest.size_ - oldest.summary_size_;
+    } else {
+      --ids_from_;
+    }
+    records_.pop_front();
+    ++dropped_;
+  }
+}
+
+void History::AllowEvictionBefore(size_t first) {
+  evictable_before_ = first;
+  Evict();
 }
 
 void History::TrimIds() {
@@ -117,12 +136,17 @@ std::vector<History::Record> History::Latest(size_t n) const {
   return {records_.begin() + static_cast<std::ptrdiff_t>(from), records_.end()};
 }
 
+std::vector<History::Record> History::From(size_t first) const {
+  return Latest(total() - std::clamp(first, dropped_, total()));
+}
+
 void History::Restore(std::vector<v1::RoundRecord> records, int64_t bytes_sent,
                       int64_t bytes_received) {
   records_.clear();
   id_bytes_ = 0;
   ids_from_ = 0;
-  records_.reserve(records.size());
+  dropped_ = 0;
+  evictable_before_ = 0;
   for (v1::RoundRecord& r : records) Append(std::move(r));
   bytes_sent_ = bytes_sent;
   bytes_received_ = bytes_received;

@@ -2,6 +2,8 @@
 #define FEDLEARN_SERVER_HISTORY_H_
 
 #include <cstdint>
+#include <deque>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -46,10 +48,19 @@ enum class Rejection {
 // among a round's short-lived buffers, kept malloc from giving the space around
 // them back (README, "Many clients": a long run's RSS grew 6.6 KB a round). Not
 // thread-safe: the run controller serialises.
+//
+// At most `max_records` records are kept (--history_in_memory, 100,000 by
+// default: about 26 MB of summaries): older ones are let go of, oldest first,
+// and counted (total()). Only those before the mark AllowEvictionBefore sets:
+// a coordinator with a state directory moves it as its saves write records to
+// the history file, which keeps every record, so none is let go of unsaved.
 class History {
  public:
   static constexpr size_t kDefaultIdBytes = size_t{16} << 20;
-  explicit History(size_t id_bytes = kDefaultIdBytes) : id_budget_(id_bytes) {}
+  static constexpr size_t kDefaultMaxRecords = 100'000;
+  explicit History(size_t id_bytes = kDefaultIdBytes,
+                   size_t max_records = kDefaultMaxRecords)
+      : id_budget_(id_bytes), max_records_(max_records) {}
 
   // A new attempt opens: its rejection counts start at zero.
   void OpenAttempt() { attempt_rejected_.Clear(); }
@@ -86,9 +97,19 @@ class History {
     uint32_t summary_size_ = 0;
   };
   void Append(v1::RoundRecord record);
-  // The latest `n` records (all of them when there are fewer), oldest first.
+  // The latest `n` records kept (all of them when there are fewer), oldest
+  // first.
   std::vector<Record> Latest(size_t n) const;
-  size_t size() const { return records_.size(); }
+  // The records from the run's `first` on (counted from the run's first
+  // record, 0), oldest first; those let go of are not among them.
+  std::vector<Record> From(size_t first) const;
+  // Every record the run made, kept or let go of.
+  size_t total() const { return dropped_ + records_.size(); }
+  // The records kept.
+  size_t kept() const { return records_.size(); }
+  // Records before the run's `first` may be let go of (all of them by
+  // default); those from it on are kept, over max_records if need be.
+  void AllowEvictionBefore(size_t first);
   // The bytes of client ids the records hold now.
   size_t id_bytes() const { return id_bytes_; }
 
@@ -101,7 +122,8 @@ class History {
   int64_t bytes_received() const { return bytes_received_; }
 
   // A resumed run's records and byte totals (counters restart at zero: they
-  // are this process's).
+  // are this process's). Kept whatever their number until
+  // AllowEvictionBefore says otherwise.
   void Restore(std::vector<v1::RoundRecord> records, int64_t bytes_sent,
                int64_t bytes_received);
 
@@ -113,9 +135,15 @@ class History {
   // id_budget_ at most. Amortised O(1) an Append: it runs when the ids reach
   // twice the budget, and then trims half of them.
   void TrimIds();
+  // Lets go of the oldest records over max_records_, those before
+  // evictable_before_ only.
+  void Evict();
 
-  std::vector<Record> records_;
+  std::deque<Record> records_;
   const size_t id_budget_;
+  const size_t max_records_;
+  size_t dropped_ = 0;  // records let go of: records_[0] is the run's dropped_
+  size_t evictable_before_ = std::numeric_limits<size_t>::max();
   size_t id_bytes_ = 0;  // of records_[ids_from_] on
   size_t ids_from_ = 0;  // the records before it hold no ids
   // The block records are appended to, and how much of it is taken.

@@ -141,6 +141,11 @@ void HttpServer::Impl::Routes() {
     res.set_header("Content-Disposition",
                    absl::StrCat("inline; filename=\"fedlearn-", status.run_id(),
                                 "-history.csv\""));
+    // The records kept in memory (--history_in_memory): how many older ones
+    // are left out, which the state directory's history file still holds.
+    res.set_header(
+        "X-Fedlearn-Records-Omitted",
+        absl::StrCat(status.history_total() - status.history_size()));
     res.set_content(RenderHistoryCsv(status),
                     "text/csv; charset=utf-8; header=present");
   });

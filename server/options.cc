@@ -107,6 +107,9 @@ absl::Status CoordinatorOptions::Validate() const {
     return Bad("validation_fraction", "must be in [0, 1)");
   }
   if (max_clients < 1) return Bad("max_clients", "must be at least 1");
+  if (history_in_memory < 1) {
+    return Bad("history_in_memory", "must be at least 1");
+  }
   if (poll_timeout <= absl::ZeroDuration())
     return Bad("poll_timeout", "must be > 0");
   if (client_timeout <= absl::ZeroDuration())

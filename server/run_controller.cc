@@ -104,11 +104,15 @@ RunController::RunController(CoordinatorOptions options, ModelSpec spec,
       scheduler_(MakeScheduler(options_)),
       stop_(options_.max_rounds, options_.convergence_threshold),
       evaluation_(options_.tolerance, options_.eval_timeout),
+      history_(History::kDefaultIdBytes,
+               static_cast<size_t>(options_.history_in_memory)),
       privacy_(strategy_.dp, options_.dp_delta, options_.dp_max_epsilon) {
   v1::TrainingPlan plan = options_.Plan();
   plan.set_proximal_mu(static_cast<float>(strategy_.config.proximal_mu()));
   plan_ = std::make_shared<const v1::TrainingPlan>(std::move(plan));
   absl::MutexLock lock(&mu_);
+  // A record leaves memory only once a save wrote it (Save moves the mark).
+  if (store_ != nullptr) history_.AllowEvictionBefore(0);
   global_ = std::make_shared<std::vector<float>>(std::move(initial));
   // The first step's output, made and touched now rather than under the lock
   // at the first close.
@@ -160,7 +164,7 @@ RunController::RunController(CoordinatorOptions options, ModelSpec spec,
         "run %s resumed from %s: %s at round %d (%d rounds folded, %d "
         "records)",
         run_id_, store_ != nullptr ? store_->dir() : "a saved run",
-        v1::Phase_Name(phase_), RoundLocked(), version_, history_.size());
+        v1::Phase_Name(phase_), RoundLocked(), version_, history_.total());
   }
   Task initial_task = WaitTaskLocked();
   if (phase_ == v1::PHASE_DONE) initial_task.type = v1::TASK_TYPE_DONE;
@@ -873,7 +877,7 @@ bool RunController::AwaitPendingPolls(size_t n, absl::Duration timeout) const {
 bool RunController::AwaitHistory(size_t n, absl::Duration timeout) const {
   absl::MutexLock lock(&mu_);
   auto enough = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return history_.size() >= n;
+    return history_.total() >= n;
   };
   return mu_.AwaitWithTimeout(absl::Condition(&enough), timeout);
 }

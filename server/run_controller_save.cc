@@ -26,10 +26,10 @@ SavedRun RunController::SnapshotLocked() const {
   *s.mutable_strategy_config() = strategy_.config;
   // A handle per record no save is known to have written: the save writes
   // their bytes, outside the lock.
-  const int64_t records = static_cast<int64_t>(history_.size());
-  run.records_from = std::min(records_saved_, records);
-  run.records =
-      history_.Latest(static_cast<size_t>(records - run.records_from));
+  // (None from records_saved_ on has been let go of: History keeps them.)
+  run.records_from =
+      std::min(records_saved_, static_cast<int64_t>(history_.total()));
+  run.records = history_.From(static_cast<size_t>(run.records_from));
   if (const std::optional<double> loss = stop_.previous_loss(); loss) {
     s.set_has_previous_train_loss(true);
     s.set_previous_train_loss(*loss);
@@ -54,6 +54,8 @@ absl::Status RunController::Save(const SavedRun& run) {
   records_saved_ =
       std::max(records_saved_,
                run.records_from + static_cast<int64_t>(run.records.size()));
+  // The history file holds them: memory need not.
+  history_.AllowEvictionBefore(static_cast<size_t>(records_saved_));
   return absl::OkStatus();
 }
 

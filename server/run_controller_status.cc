@@ -67,7 +67,7 @@ v1::GetStatusResponse RunController::GetStatus(const ClientPage& page,
   {
     absl::MutexLock lock(&mu_);
     records = history_.Latest(history);
-    status.set_history_total(static_cast<int64_t>(history_.size()));
+    status.set_history_total(static_cast<int64_t>(history_.total()));
     StatusLocked(page, counters, client_ids, &status);
   }
   // The newest that fit in `history_bytes` (the newest one always).

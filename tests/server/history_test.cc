@@ -67,7 +67,7 @@ TEST(HistoryTest, LatestIsTheNewestOldestFirst) {
   History history;
   EXPECT_TRUE(history.Latest(5).empty());
   for (int64_t r = 1; r <= 6; ++r) history.Append(Round(r));
-  EXPECT_EQ(history.size(), 6u);
+  EXPECT_EQ(history.total(), 6u);
   EXPECT_EQ(Rounds(history.Latest(3)), (std::vector<int64_t>{4, 5, 6}));
   EXPECT_EQ(Rounds(history.Latest(6)),
             (std::vector<int64_t>{1, 2, 3, 4, 5, 6}));
@@ -202,6 +202,44 @@ TEST(HistoryTest, OnlyTheNewestRecordsKeepTheirClientIds) {
   EXPECT_EQ(Copy(all.back()).selected_clients(99), "client-199");
   // Taken before the trims: still whole.
   EXPECT_EQ(Copy(first).selected_clients_size(), 100);
+}
+
+// At most max_records are kept, the newest; older ones are let go of and
+// counted, but only those before the mark (what a save wrote): none is let go
+// of before the history file has it.
+TEST(HistoryTest, KeepsTheNewestRecordsAndLetsGoOfSavedOnesOnly) {
+  History history(History::kDefaultIdBytes, /*max_records=*/3);
+  for (int64_t r = 1; r <= 5; ++r) history.Append(Round(r));
+  EXPECT_EQ(history.total(), 5u);
+  EXPECT_EQ(history.kept(), 3u);
+  EXPECT_EQ(Rounds(history.Latest(10)), (std::vector<int64_t>{3, 4, 5}));
+  EXPECT_EQ(Rounds(history.From(0)), (std::vector<int64_t>{3, 4, 5}));
+  EXPECT_EQ(Rounds(history.From(4)), (std::vector<int64_t>{5}));
+  EXPECT_TRUE(history.From(5).empty());
+
+  // Nothing before record 6 (round 7) saved: rounds 6 to 9 stay.
+  history.AllowEvictionBefore(5);
+  for (int64_t r = 6; r <= 9; ++r) history.Append(Round(r));
+  EXPECT_EQ(history.total(), 9u);
+  EXPECT_EQ(Rounds(history.Latest(10)), (std::vector<int64_t>{6, 7, 8, 9}));
+  // Saved up to round 8: back to three.
+  history.AllowEvictionBefore(8);
+  EXPECT_EQ(Rounds(history.Latest(10)), (std::vector<int64_t>{7, 8, 9}));
+  EXPECT_EQ(history.total(), 9u);
+}
+
+// Records let go of take their client ids' bytes with them: the ids' budget
+// counts what is kept.
+TEST(HistoryTest, RecordsLetGoOfReturnTheirIdBytes) {
+  History history(History::kDefaultIdBytes, /*max_records=*/2);
+  v1::RoundRecord record = Round(1);
+  record.add_selected_clients("client-1");
+  const size_t ids = record.ByteSizeLong() - Round(1).ByteSizeLong();
+  for (int64_t r = 1; r <= 4; ++r) {
+    record.set_round(r);
+    history.Append(record);
+  }
+  EXPECT_EQ(history.id_bytes(), 2 * ids);
 }
 
 TEST(HistoryTest, RestoreTakesRecordsAndBytesButCountersStartAtZero) {

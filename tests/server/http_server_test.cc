@@ -335,6 +335,27 @@ TEST_F(HttpServerTest, HistoryCsvHasARowPerRound) {
   ASSERT_EQ(rows.size(), 3u);
   EXPECT_THAT(rows[1], ::testing::StartsWith("1,1,training,all,3,3,0,0,2,"));
   EXPECT_THAT(rows[2], ::testing::StartsWith("2,1,training,all,3,3,0,0,1,"));
+  EXPECT_EQ(csv->get_header_value("X-Fedlearn-Records-Omitted"), "0");
+}
+
+// --history_in_memory keeps the newest records: the CSV has those and says
+// how many older ones it leaves out; the status counts them all.
+TEST_F(HttpServerTest, HistoryCsvHasTheRecordsKeptAndCountsTheRest) {
+  CoordinatorOptions options = SmallRun();
+  options.history_in_memory = 2;
+  Start(options);
+  TrainRound(1, 0.01f);
+  TrainRound(2, 0.01f);
+  TrainRound(3, 0.01f);
+  auto csv = Get("/api/history.csv");
+  ASSERT_TRUE(csv);
+  const std::vector<std::string> rows =
+      absl::StrSplit(csv->body, "\r\n", absl::SkipEmpty());
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_THAT(rows[1], ::testing::StartsWith("2,1,training,"));
+  EXPECT_THAT(rows[2], ::testing::StartsWith("3,1,training,"));
+  EXPECT_EQ(csv->get_header_value("X-Fedlearn-Records-Omitted"), "1");
+  EXPECT_EQ(server_->controller().GetStatus().history_total(), 3);
 }
 
 // curl -o model.safetensors http://HOST:PORT/api/model.safetensors mid-run:

@@ -258,12 +258,12 @@ TEST(StateStoreTest, AModelLeftByAnotherRunIsNotTrusted) {
 }
 
 // A run with no records of its own in the state, as the coordinator saves
-// it: every record is one of `history`'s, rounds 1 to history.size().
+// it: every record is one of `history`'s, rounds 1 to history.total().
 SavedRun RunWithHistory(const History& history, const std::string& run_id) {
   SavedRun run = SomeRun(0, 0.25f);
   run.state.set_run_id(run_id);
-  run.state.set_round(static_cast<int64_t>(history.size()) + 1);
-  run.records = history.Latest(history.size());
+  run.state.set_round(static_cast<int64_t>(history.total()) + 1);
+  run.records = history.Latest(history.total());
   return run;
 }
 
@@ -542,9 +542,10 @@ std::vector<std::unique_ptr<CoordinatorClient>> Train(CoordinatorServer& server,
 
 class ResumeTest : public ::testing::Test {
  protected:
-  std::unique_ptr<CoordinatorServer> Start() {
+  std::unique_ptr<CoordinatorServer> Start(int history_in_memory = 100'000) {
     CoordinatorOptions options = SmallRun();
     options.max_rounds = 4;
+    options.history_in_memory = history_in_memory;
     options.state_dir = dir_.path().string();
     auto server = CoordinatorServer::Start(options, "127.0.0.1:0");
     EXPECT_TRUE(server.ok()) << server.status();
@@ -583,6 +584,43 @@ TEST_F(ResumeTest, RestartedCoordinatorGoesOnFromTheLastRound) {
   Train(*server, 3, 4);
   ASSERT_TRUE(server->controller().AwaitPhase(v1::PHASE_EVALUATING, kWait));
   EXPECT_EQ(server->controller().GetStatus().history_size(), 4);
+}
+
+// --history_in_memory bounds the records kept in memory, not those saved:
+// the history file has every one, a resumed run reads them all (and replays
+// them, as its privacy ledger must), and keeps the newest once it has saved.
+TEST_F(ResumeTest, RecordsLetGoOfInMemoryAreAllSavedAndResumed) {
+  {
+    auto server = Start(/*history_in_memory=*/1);
+    ASSERT_NE(server, nullptr);
+    Train(*server, 1, 3);
+    const v1::GetStatusResponse status = server->controller().GetStatus();
+    EXPECT_EQ(status.history_total(), 3);
+    ASSERT_EQ(status.history_size(), 1);
+    EXPECT_EQ(status.history(0).round(), 3);
+  }
+  auto store = StateStore::Open(dir_.path().string());
+  ASSERT_TRUE(store.ok());
+  auto saved = (*store)->Load(Mlp());
+  ASSERT_TRUE(saved.ok() && saved->has_value()) << saved.status();
+  EXPECT_EQ(Rounds((**saved).state), OneTo(3));
+  store->reset();
+
+  auto server = Start(/*history_in_memory=*/1);
+  ASSERT_NE(server, nullptr);
+  EXPECT_EQ(server->controller().GetStatus().history_total(), 3);
+  Train(*server, 4, 4);
+  ASSERT_TRUE(server->controller().AwaitPhase(v1::PHASE_EVALUATING, kWait));
+  const v1::GetStatusResponse status = server->controller().GetStatus();
+  EXPECT_EQ(status.history_total(), 4);
+  ASSERT_EQ(status.history_size(), 1);
+  EXPECT_EQ(status.history(0).round(), 4);
+  server.reset();
+  store = StateStore::Open(dir_.path().string());
+  ASSERT_TRUE(store.ok());
+  saved = (*store)->Load(Mlp());
+  ASSERT_TRUE(saved.ok() && saved->has_value()) << saved.status();
+  EXPECT_EQ(Rounds((**saved).state), OneTo(4));
 }
 
 // Attempts of a round abandoned before a restart keep their numbers: the
