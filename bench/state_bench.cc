@@ -12,6 +12,7 @@
 // The state directory is under $TMPDIR (/tmp): its disk and its fsync are part
 // of the figure, so compare sizes within one run, not across machines.
 
+#include <malloc.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -143,6 +144,50 @@ BENCHMARK(BM_HistoryHandlesForASave)
     ->Args({10000, 1})
     ->Args({100000, 1})
     ->Unit(benchmark::kMicrosecond);
+
+// An async run's record: one per model version, one client's update.
+v1::RoundRecord AsyncVersion(int64_t round) {
+  v1::RoundRecord record;
+  record.set_round(round);
+  record.set_attempt(1);
+  record.set_selected(1);
+  record.set_responded(1);
+  record.set_outcome("async");
+  record.set_duration_seconds(0.02);
+  record.set_bytes_sent(796840);
+  record.set_bytes_received(796840);
+  record.set_staleness(3);
+  record.set_update_scale(0.25);
+  record.mutable_metrics()->set_num_examples(600);
+  record.mutable_metrics()->set_train_loss(0.25);
+  record.mutable_metrics()->set_train_accuracy(0.93);
+  const std::string id = absl::StrCat("c", 1000000000000000 + round % 1000);
+  record.add_selected_clients(id);
+  record.add_accepted_clients(id);
+  return record;
+}
+
+// What the history holds in memory after N async versions, with
+// --history_in_memory at its default (100,000) and at N (every record kept,
+// as before the bound): the heap it takes (malloc's in-use bytes, before and
+// after), per record made.
+void BM_HistoryHeapAfterVersions(benchmark::State& state) {
+  const auto n = static_cast<int64_t>(state.range(0));
+  for (auto _ : state) {
+    const size_t before = mallinfo2().uordblks;
+    History history(History::kDefaultIdBytes,
+                    static_cast<size_t>(state.range(1)));
+    for (int64_t r = 1; r <= n; ++r) history.Append(AsyncVersion(r));
+    const size_t after = mallinfo2().uordblks;
+    state.counters["heap_mb"] = static_cast<double>(after - before) / 1e6;
+    state.counters["kept"] = static_cast<double>(history.kept());
+  }
+}
+BENCHMARK(BM_HistoryHeapAfterVersions)
+    ->Args({1'000'000, 100'000})
+    ->Args({1'000'000, 1'000'000})
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace fedlearn

@@ -50,7 +50,7 @@ enum class Rejection {
 // thread-safe: the run controller serialises.
 //
 // At most `max_records` records are kept (--history_in_memory, 100,000 by
-// default: about 26 MB of summaries): older ones are let go of, oldest first,
+// default: 14 MB of async versions' records, bench/state_bench): older ones are let go of, oldest first,
 // and counted (total()). Only those before the mark AllowEvictionBefore sets:
 // a coordinator with a state directory moves it as its saves write records to
 // the history file, which keeps every record, so none is let go of unsaved.
