@@ -508,6 +508,24 @@ absl::Status Agent::Recover(Op op, const absl::Status& error) {
                 error.ToString(), Millis(delay));
     return AwaitCoordinator(delay);
   }
+  if (op == Op::kJoin && code == absl::StatusCode::kResourceExhausted) {
+    // At --max_clients. Slots free as gone clients time out: a fleet
+    // restarted at once finds its old identities holding them for
+    // --client_timeout. Tried again after a backoff, for as long as a silent
+    // coordinator would be.
+    const absl::Time now = absl::Now();
+    failing_since_ = std::min(failing_since_, now);
+    const absl::Duration refused = now - failing_since_;
+    if (refused >= options_.reconnect_timeout) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat(name_, ": ", target_, " refused the join for ",
+                       Millis(refused), ": ", error.message()));
+    }
+    const absl::Duration delay = NextBackoff();
+    ConsoleLogf(console_, "%s: join refused (%s); trying again in %s", name_,
+                error.ToString(), Millis(delay));
+    return Pause(delay);
+  }
   if (op != Op::kJoin && MustJoinAgain(code)) {
     // The coordinator restarted and forgot us (or never knew this identity):
     // join again. Join keeps the trainer if the run (a resumed one keeps its

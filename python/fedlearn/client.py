@@ -350,13 +350,13 @@ class Client:
         self._succeeded()
         return result
 
-    def _backoff(self, error: FedlearnError) -> None:
+    def _backoff(self, error: FedlearnError, state: str = "unreachable") -> None:
         now = time.monotonic()
         if self._failing_since is None:
             self._failing_since = now
         if now - self._failing_since > self._reconnect_timeout:
             raise FedlearnError(
-                f"{self._address} unreachable for {self._reconnect_timeout:.0f} s: "
+                f"{self._address} {state} for {self._reconnect_timeout:.0f} s: "
                 f"{error.message}", error.code)
         self._failures += 1
         cap = min(self._max_backoff, 0.05 * 2 ** min(self._failures, 20))
@@ -439,6 +439,12 @@ class Client:
                 if e.code() in (grpc.StatusCode.UNAVAILABLE,
                                 grpc.StatusCode.DEADLINE_EXCEEDED):
                     self._backoff(from_rpc_error(e, "Join"))
+                    continue
+                if e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+                    # At --max_clients: slots free as gone clients time out (a
+                    # fleet restarted at once finds its old identities holding
+                    # them), so tried again, as the C++ agent does.
+                    self._backoff(from_rpc_error(e, "Join"), "refusing the join")
                     continue
                 raise from_rpc_error(e, "Join") from None
         self._failures = 0

@@ -5,6 +5,7 @@
 #include "client/agent.h"
 
 #include <grpcpp/channel.h>
+#include <grpcpp/create_channel.h>
 #include <grpcpp/server_builder.h>
 
 #include <atomic>
@@ -711,6 +712,31 @@ TEST(AgentPollTest, PollsCutOffByTheCoordinatorAreNotSilence) {
   ASSERT_TRUE(summary.ok()) << summary.status();
   EXPECT_GE(coordinator.cut(), 5);
   server->Shutdown();
+}
+
+// A coordinator at --max_clients refuses a join RESOURCE_EXHAUSTED until a
+// slot frees, as a gone client times out (a fleet restarted at once finds its
+// old identities holding the slots): the agent tries again after a backoff
+// rather than end after --max_repeated_errors quick refusals.
+TEST_F(AgentTest, AJoinRefusedAtMaxClientsIsTriedAgainUntilASlotFrees) {
+  CoordinatorOptions o = SmallRun();
+  o.min_clients = 1;
+  o.clients_per_round = 1;
+  o.max_rounds = 1;
+  o.max_clients = 1;
+  o.client_timeout = absl::Seconds(1);
+  o.round_timeout = absl::Seconds(2);  // the silent one may be sampled first
+  Start(o);
+  // Joins, holds the only slot, and says nothing more.
+  CoordinatorClient silent(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", port_), grpc::InsecureChannelCredentials()));
+  ASSERT_TRUE(silent.Join(v1::JoinRequest()).ok());
+  AgentOptions options = Options("patient");
+  options.max_repeated_errors = 3;
+  AgentThread agent(options, FakeFactory(Script()));
+  const AgentSummary summary = Done(agent);
+  EXPECT_EQ(summary.joins, 1);
+  EXPECT_EQ(summary.rounds_trained, 1);
 }
 
 TEST_F(AgentTest, WrongJoinTokenIsUnauthenticated) {

@@ -277,6 +277,30 @@ class ClientTest(unittest.TestCase):
             self.assertIsNotNone(lock)
             os.close(lock)
 
+    def test_a_join_refused_at_max_clients_is_tried_again_until_a_slot_frees(self):
+        # A silent client holds the only slot until --client_timeout; the join is
+        # refused RESOURCE_EXHAUSTED until then and tried again (before, run() raised
+        # at once), as the C++ agent does.
+        with Coordinator("--model=mlp_2nn", "--min_clients=1", "--max_rounds=1",
+                         "--max_clients=1", "--client_timeout=1s",
+                         "--round_timeout=2s", "--convergence_threshold=-inf") as c:
+            silent = fedlearn.Client(c.address, lambda w, p: (w, 1, {}))
+            silent._join()
+            client = fedlearn.Client(c.address, lambda w, p: (w, 1, {"loss": 1.0}),
+                                     lambda w, p: (0.5, 0.5, 1), max_backoff=0.2)
+            summary = client.run()
+        self.assertEqual(summary.joins, 1)
+        self.assertEqual(summary.rounds_trained, 1)
+        # Refused for longer than reconnect_timeout: raised, saying so.
+        with Coordinator("--model=mlp_2nn", "--min_clients=5", "--max_clients=1") as c:
+            fedlearn.Client(c.address, lambda w, p: (w, 1, {}))._join()
+            client = fedlearn.Client(c.address, lambda w, p: (w, 1, {}),
+                                     max_backoff=0.05, reconnect_timeout=0.5)
+            with self.assertRaises(fedlearn.FedlearnError) as e:
+                client.run()
+        self.assertEqual(e.exception.code, grpc.StatusCode.RESOURCE_EXHAUSTED)
+        self.assertIn("refusing the join", str(e.exception))
+
     def test_a_session_file_that_cannot_be_written_does_not_end_the_join(self):
         # Joined all the same, as the C++ agent: only retiring this identity after a
         # restart is lost. A directory stands where the file should go, so the
