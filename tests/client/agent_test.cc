@@ -478,17 +478,51 @@ TEST_F(AgentTest, TwoRunningAgentsCannotShareASessionFile) {
   EXPECT_EQ(status.clients(0).state(), "gone");
 }
 
-// What the test's own coordinators answer a join with: client-1 of a run
-// of mlp_2nn, one epoch of batches of 10.
-void ScriptedJoin(const ModelSpec& spec, v1::JoinResponse* response) {
-  response->set_client_id("client-1");
-  response->set_session_token("token");
-  response->set_run_id("0123456789abcdef");
-  *response->mutable_model() = ToProto(spec);
-  response->mutable_plan()->set_epochs(1);
-  response->mutable_plan()->set_batch_size(10);
-  response->mutable_plan()->set_learning_rate(0.1f);
-  response->set_heartbeat_interval_ms(5000);
+// A coordinator of the test's own: answers a join with client-1 of a run of
+// mlp_2nn, one epoch of batches of 10; what else it answers is its
+// subclass's script.
+class ScriptedCoordinator : public v1::Coordinator::Service {
+ public:
+  grpc::Status Join(grpc::ServerContext*, const v1::JoinRequest*,
+                    v1::JoinResponse* response) override {
+    response->set_client_id("client-1");
+    response->set_session_token("token");
+    response->set_run_id("0123456789abcdef");
+    *response->mutable_model() = ToProto(spec_);
+    response->mutable_plan()->set_epochs(1);
+    response->mutable_plan()->set_batch_size(10);
+    response->mutable_plan()->set_learning_rate(0.1f);
+    response->set_heartbeat_interval_ms(5000);
+    return grpc::Status::OK;
+  }
+
+ protected:
+  const ModelSpec spec_ = *LookupModel("mlp_2nn");
+};
+
+// Runs an agent with `options` (its coordinator and name filled in) against
+// `coordinator` on a loopback port until Run returns; `agent_done`, if set,
+// sees the agent before it goes.
+absl::StatusOr<AgentSummary> RunScripted(
+    v1::Coordinator::Service& coordinator, AgentOptions options,
+    TrainerFactory factory,
+    const std::function<void(const Agent&)>& agent_done = nullptr) {
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  builder.RegisterService(&coordinator);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr) return absl::InternalError("no server");
+  options.coordinator = absl::StrCat("127.0.0.1:", port);
+  options.display_name = "slow-link";
+  options.initial_backoff = absl::Milliseconds(20);
+  options.jitter_seed = 1;
+  Agent agent(options, std::move(factory));
+  absl::StatusOr<AgentSummary> summary = agent.Run();
+  if (agent_done) agent_done(agent);
+  server->Shutdown();
+  return summary;
 }
 
 // A coordinator of the test's own, to script answers the real one gives only
@@ -499,16 +533,10 @@ void ScriptedJoin(const ModelSpec& spec, v1::JoinResponse* response) {
 // coordinator), then accepts one, then says DONE. Each poll before that is a
 // TRAIN task of the next round, so an update that is not pushed again before
 // the next poll can no longer count.
-class RefusingCoordinator final : public v1::Coordinator::Service {
+class RefusingCoordinator final : public ScriptedCoordinator {
  public:
   RefusingCoordinator(int refusals, grpc::StatusCode code)
-      : spec_(*LookupModel("mlp_2nn")), refusals_(refusals), code_(code) {}
-
-  grpc::Status Join(grpc::ServerContext*, const v1::JoinRequest*,
-                    v1::JoinResponse* response) override {
-    ScriptedJoin(spec_, response);
-    return grpc::Status::OK;
-  }
+      : refusals_(refusals), code_(code) {}
 
   grpc::Status RequestUpdate(
       grpc::ServerContext*, const v1::RequestUpdateRequest*,
@@ -570,7 +598,6 @@ class RefusingCoordinator final : public v1::Coordinator::Service {
   }
 
  private:
-  const ModelSpec spec_;
   const int refusals_;
   const grpc::StatusCode code_;
   absl::Mutex mu_;
@@ -584,27 +611,15 @@ absl::StatusOr<AgentSummary> RunAgainst(RefusingCoordinator& coordinator,
                                         int max_repeated_errors,
                                         std::atomic<int>* trainings,
                                         bool* holds_update_values) {
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                           &port);
-  builder.RegisterService(&coordinator);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr) return absl::InternalError("no server");
   AgentOptions options;
-  options.coordinator = absl::StrCat("127.0.0.1:", port);
-  options.display_name = "slow-link";
-  options.initial_backoff = absl::Milliseconds(20);
   options.max_backoff = absl::Milliseconds(200);
   options.max_repeated_errors = max_repeated_errors;
-  options.jitter_seed = 1;
   Script script;
   script.on_train = [trainings](int, const ProgressFn&) { ++*trainings; };
-  Agent agent(options, FakeFactory(script));
-  absl::StatusOr<AgentSummary> summary = agent.Run();
-  *holds_update_values = agent.HoldsUpdateValues();
-  server->Shutdown();
-  return summary;
+  return RunScripted(coordinator, options, FakeFactory(script),
+                     [holds_update_values](const Agent& agent) {
+                       *holds_update_values = agent.HoldsUpdateValues();
+                     });
 }
 
 // "Not now" (a push preempted as too slow while others waited, a coordinator
@@ -656,16 +671,9 @@ TEST(AgentPushTest, AnUpdateRefusedTooOftenIsDroppedAndTheAgentCarriesOn) {
 // A coordinator that cuts off every poll (CANCELLED, as the real one cuts off
 // a download that stalls or goes too stale on a slow link) until `until`,
 // then says DONE.
-class CuttingCoordinator final : public v1::Coordinator::Service {
+class CuttingCoordinator final : public ScriptedCoordinator {
  public:
-  explicit CuttingCoordinator(absl::Time until)
-      : spec_(*LookupModel("mlp_2nn")), until_(until) {}
-
-  grpc::Status Join(grpc::ServerContext*, const v1::JoinRequest*,
-                    v1::JoinResponse* response) override {
-    ScriptedJoin(spec_, response);
-    return grpc::Status::OK;
-  }
+  explicit CuttingCoordinator(absl::Time until) : until_(until) {}
 
   grpc::Status RequestUpdate(
       grpc::ServerContext*, const v1::RequestUpdateRequest*,
@@ -684,7 +692,6 @@ class CuttingCoordinator final : public v1::Coordinator::Service {
   int cut() const { return cut_.load(); }
 
  private:
-  const ModelSpec spec_;
   const absl::Time until_;
   std::atomic<int> cut_{0};
 };
@@ -693,25 +700,13 @@ class CuttingCoordinator final : public v1::Coordinator::Service {
 // on: the coordinator answered every time, so it is not "no answer".
 TEST(AgentPollTest, PollsCutOffByTheCoordinatorAreNotSilence) {
   CuttingCoordinator coordinator(absl::Now() + absl::Milliseconds(1500));
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                           &port);
-  builder.RegisterService(&coordinator);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  ASSERT_NE(server, nullptr);
   AgentOptions options;
-  options.coordinator = absl::StrCat("127.0.0.1:", port);
-  options.display_name = "slow-link";
-  options.initial_backoff = absl::Milliseconds(20);
   options.max_backoff = absl::Milliseconds(100);
   options.reconnect_timeout = absl::Seconds(1);
-  options.jitter_seed = 1;
-  Agent agent(options, FakeFactory(Script()));
-  absl::StatusOr<AgentSummary> summary = agent.Run();
+  absl::StatusOr<AgentSummary> summary =
+      RunScripted(coordinator, options, FakeFactory(Script()));
   ASSERT_TRUE(summary.ok()) << summary.status();
   EXPECT_GE(coordinator.cut(), 5);
-  server->Shutdown();
 }
 
 // A coordinator at --max_clients refuses a join RESOURCE_EXHAUSTED until a

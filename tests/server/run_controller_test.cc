@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -511,6 +512,16 @@ CoordinatorOptions AsyncRun() {
   return o;
 }
 
+// AsyncRun for three clients (min_clients) and ten versions, `tweak`ed.
+CoordinatorOptions AsyncRunOfThree(
+    const std::function<void(CoordinatorOptions&)>& tweak) {
+  CoordinatorOptions o = AsyncRun();
+  o.min_clients = 3;
+  o.max_rounds = 10;
+  tweak(o);
+  return o;
+}
+
 // The model after applying `delta` (the same in every parameter) at `scale`,
 // computed as the coordinator must: in float, parameter by parameter.
 std::vector<float> Applied(std::vector<float> weights, double scale,
@@ -584,11 +595,7 @@ TEST_F(RunControllerTest, AsyncAppliesEachUpdateScaledByItsStaleness) {
 }
 
 TEST_F(RunControllerTest, AsyncRejectsStaleRepeatedAndAbandonedUpdates) {
-  CoordinatorOptions options = AsyncRun();
-  options.min_clients = 3;
-  options.max_rounds = 10;
-  options.max_staleness = 1;
-  Start(options);
+  Start(AsyncRunOfThree([](CoordinatorOptions& o) { o.max_staleness = 1; }));
   auto clients = JoinAll(3);
   CoordinatorClient& a = *clients[0];
   CoordinatorClient& b = *clients[1];
@@ -639,12 +646,10 @@ TEST_F(RunControllerTest, AsyncRejectsStaleRepeatedAndAbandonedUpdates) {
 // the version is made from every alive client's update once the dead one is
 // counted gone, rather than never (their polls were held for it).
 TEST_F(RunControllerTest, AsyncBufferIsMadeFromEveryAliveClientWhenOneDies) {
-  CoordinatorOptions options = AsyncRun();
-  options.min_clients = 3;
-  options.async_buffer = 3;
-  options.max_rounds = 10;
-  options.client_timeout = absl::Seconds(1);
-  Start(options);
+  Start(AsyncRunOfThree([](CoordinatorOptions& o) {
+    o.async_buffer = 3;
+    o.client_timeout = absl::Seconds(1);
+  }));
   auto clients = JoinAll(3);
   for (auto& client : clients) ASSERT_EQ(NextTask(*client).task.round(), 1);
   const std::vector<float> initial = Global();
@@ -679,22 +684,13 @@ TEST_F(RunControllerTest, AsyncStopCutsOffUpdatesStillUploading) {
   const std::vector<float> delta(NumParameters(), 0.1f);
 
   // b's push is admitted (the go-ahead arrives) and then stalls mid-update.
-  auto stub = v1::Coordinator::NewStub(channel_);
-  grpc::ClientContext context;
-  context.AddMetadata("authorization", "Bearer " + b->session_token());
-  context.set_deadline(absl::ToChronoTime(absl::Now() + kWait));
-  v1::PushGradientResponse response;
-  auto writer = stub->PushGradient(&context, &response);
-  const auto messages = Messages(*b, Header(1, 100, 1.0), delta);
-  ASSERT_TRUE(writer->Write(messages[0]));
-  writer->WaitForInitialMetadata();
-  ASSERT_TRUE(writer->Write(messages[1]));
+  auto stalled = StallPush(*b, Header(1, 100, 1.0), delta);
 
   // a's update is the last one training takes: b's upload is cut off at once
   // rather than received in full and then turned away.
   ASSERT_TRUE(a->PushUpdate(Header(1, 100, 1.0), delta).ok());
   EXPECT_EQ(Status().phase(), v1::PHASE_EVALUATING);
-  const grpc::Status cut = writer->Finish();
+  const grpc::Status cut = stalled->Finish();
   EXPECT_EQ(cut.error_code(), grpc::StatusCode::CANCELLED)
       << cut.error_message();
   EXPECT_EQ(Status().history_size(), 1);
@@ -704,34 +700,20 @@ TEST_F(RunControllerTest, AsyncStopCutsOffUpdatesStillUploading) {
 // its update too stale is made is cut off then (CANCELLED), not received
 // whole and refused at its commit, nor left to its --stall_timeout.
 TEST_F(RunControllerTest, AsyncCutsOffAPushThatWentTooStaleWhileUploading) {
-  CoordinatorOptions options = AsyncRun();
-  options.min_clients = 3;
-  options.max_rounds = 10;
-  options.max_staleness = 1;
-  Start(options);
+  Start(AsyncRunOfThree([](CoordinatorOptions& o) { o.max_staleness = 1; }));
   auto clients = JoinAll(3);
   for (auto& client : clients) ASSERT_EQ(NextTask(*client).task.round(), 1);
   const std::vector<float> delta(NumParameters(), 0.1f);
 
   // c's push for round 1 is admitted, then stalls after its first chunk.
-  CoordinatorClient& c = *clients[2];
-  auto stub = v1::Coordinator::NewStub(channel_);
-  grpc::ClientContext context;
-  context.AddMetadata("authorization", "Bearer " + c.session_token());
-  context.set_deadline(absl::ToChronoTime(absl::Now() + kWait));
-  v1::PushGradientResponse response;
-  auto writer = stub->PushGradient(&context, &response);
-  const auto messages = Messages(c, Header(1, 100, 1.0), delta);
-  ASSERT_TRUE(writer->Write(messages[0]));
-  writer->WaitForInitialMetadata();
-  ASSERT_TRUE(writer->Write(messages[1]));
+  auto stalled = StallPush(*clients[2], Header(1, 100, 1.0), delta);
 
   // Version 1: c's update would be 1 stale at its commit, still applicable.
   ASSERT_TRUE(clients[0]->PushUpdate(Header(1, 100, 1.0), delta).ok());
   // Version 2: it would be 2 stale. Cut off now (the stall timeout is 10 s).
   const absl::Time made = absl::Now();
   ASSERT_TRUE(clients[1]->PushUpdate(Header(1, 100, 1.0), delta).ok());
-  const grpc::Status cut = writer->Finish();
+  const grpc::Status cut = stalled->Finish();
   EXPECT_EQ(cut.error_code(), grpc::StatusCode::CANCELLED)
       << cut.error_message();
   EXPECT_LT(absl::Now() - made, absl::Seconds(5));

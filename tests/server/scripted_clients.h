@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "client/coordinator_client.h"
 #include "common/tensor_codec.h"
+#include "fedlearn/v1/coordinator.grpc.pb.h"
 #include "gtest/gtest.h"
 #include "server/coordinator_server.h"
 #include "server/options.h"
@@ -211,6 +212,30 @@ class ServiceTest : public ::testing::Test {
     while (writer.Next(m.mutable_chunk())) messages.push_back(m);
     if (mutate) mutate(messages[1].mutable_chunk());
     return messages;
+  }
+
+  // A push by `client` that was admitted (its go-ahead arrived) and then
+  // stalls after its first chunk; Finish waits for the coordinator to end it.
+  struct StalledPush {
+    grpc::ClientContext context;
+    v1::PushGradientResponse response;
+    std::unique_ptr<grpc::ClientWriter<v1::PushGradientRequest>> writer;
+    grpc::Status Finish() { return writer->Finish(); }
+  };
+  std::unique_ptr<StalledPush> StallPush(CoordinatorClient& client,
+                                         const v1::UpdateHeader& header,
+                                         const std::vector<float>& delta) {
+    auto push = std::make_unique<StalledPush>();
+    auto stub = v1::Coordinator::NewStub(channel_);
+    push->context.AddMetadata("authorization",
+                              "Bearer " + client.session_token());
+    push->context.set_deadline(absl::ToChronoTime(absl::Now() + kWait));
+    push->writer = stub->PushGradient(&push->context, &push->response);
+    const auto messages = Messages(client, header, delta);
+    EXPECT_TRUE(push->writer->Write(messages[0]));
+    push->writer->WaitForInitialMetadata();
+    EXPECT_TRUE(push->writer->Write(messages[1]));
+    return push;
   }
 
   std::unique_ptr<CoordinatorServer> server_;
