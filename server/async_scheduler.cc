@@ -149,8 +149,14 @@ absl::StatusOr<Acceptance> AsyncScheduler::Accept(
 }
 
 absl::string_view AsyncScheduler::Stranded(
-    int alive, const std::function<bool(const std::string&)>& is_alive) const {
-  if (!open_ || accepted_.empty()) return {};
+    int min_updates, int alive,
+    const std::function<bool(const std::string&)>& is_alive) const {
+  // Fewer than a robust rule needs could not make a version: the step would
+  // be abandoned, its clients asked again, and stranded again.
+  if (!open_ || accepted_.empty() ||
+      static_cast<int>(accepted_.size()) < min_updates) {
+    return {};
+  }
   // At most K - 1 ids: the step closes at K.
   const auto in = std::count_if(accepted_.begin(), accepted_.end(), is_alive);
   return in >= alive ? kOutcome : absl::string_view();

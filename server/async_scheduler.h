@@ -78,7 +78,7 @@ class AsyncScheduler final : public Scheduler {
   // clients (some died after training started, none came instead) the step
   // is made from every alive client's update.
   absl::string_view Stranded(
-      int alive,
+      int min_updates, int alive,
       const std::function<bool(const std::string&)>& is_alive) const override;
   void NoteSent(const std::string& client_id, const Task& task,
                 int64_t bytes) override;

@@ -50,10 +50,11 @@ enum class Rejection {
 // thread-safe: the run controller serialises.
 //
 // At most `max_records` records are kept (--history_in_memory, 100,000 by
-// default: 14 MB of async versions' records, bench/state_bench): older ones are let go of, oldest first,
-// and counted (total()). Only those before the mark AllowEvictionBefore sets:
-// a coordinator with a state directory moves it as its saves write records to
-// the history file, which keeps every record, so none is let go of unsaved.
+// default: 14 MB of async versions' records, bench/state_bench): older ones are
+// let go of, oldest first, and counted (total()). Only those before the mark
+// AllowEvictionBefore sets: a coordinator with a state directory moves it as
+// its saves write records to the history file, which keeps every record, so
+// none is let go of unsaved.
 class History {
  public:
   static constexpr size_t kDefaultIdBytes = size_t{16} << 20;

@@ -111,8 +111,6 @@ RunController::RunController(CoordinatorOptions options, ModelSpec spec,
   plan.set_proximal_mu(static_cast<float>(strategy_.config.proximal_mu()));
   plan_ = std::make_shared<const v1::TrainingPlan>(std::move(plan));
   absl::MutexLock lock(&mu_);
-  // A record leaves memory only once a save wrote it (Save moves the mark).
-  if (store_ != nullptr) history_.AllowEvictionBefore(0);
   global_ = std::make_shared<std::vector<float>>(std::move(initial));
   // The first step's output, made and touched now rather than under the lock
   // at the first close.
@@ -165,6 +163,12 @@ RunController::RunController(CoordinatorOptions options, ModelSpec spec,
         "records)",
         run_id_, store_ != nullptr ? store_->dir() : "a saved run",
         v1::Phase_Name(phase_), RoundLocked(), version_, history_.total());
+    // Those the history file holds need not be passed to a save again.
+    records_saved_ = resume->records_on_disk;
+  }
+  // A record leaves memory only once a save wrote it (Save moves the mark).
+  if (store_ != nullptr) {
+    history_.AllowEvictionBefore(static_cast<size_t>(records_saved_));
   }
   Task initial_task = WaitTaskLocked();
   if (phase_ == v1::PHASE_DONE) initial_task.type = v1::TASK_TYPE_DONE;
@@ -906,15 +910,15 @@ void RunController::RunTimersLocked(absl::Time now, Effects* effects) {
   // Clients that died since the step's updates came in are noticed here.
   if (scheduler_->is_open()) {
     const int alive = clients_.CountAlive(now);
-    const absl::string_view outcome =
-        scheduler_->Stranded(alive, [this, now](const std::string& id) {
+    const absl::string_view outcome = scheduler_->Stranded(
+        strategy_.min_updates, alive, [this, now](const std::string& id) {
           absl::StatusOr<Client*> c = clients_.Get(id);
           return c.ok() && clients_.IsAlive(**c, now);
         });
     if (!outcome.empty()) {
       Logf(
-          "round %d: every alive client's update is in (%d alive): made "
-          "without waiting for more",
+          "round %d: no other client alive to add an update (%d alive): "
+          "made from the updates in",
           RoundLocked(), alive);
       CloseStepLocked(outcome, now, effects);
     }

@@ -118,12 +118,13 @@ class Scheduler {
   // InfiniteFuture when it has no deadline.
   virtual absl::Time deadline() const = 0;
 
-  // When the open step has updates and can get no more (every one of the
-  // `alive` clients, `is_alive` tells which, has its update in), the outcome
-  // to close it with: a step without a deadline then closes with what it has
-  // rather than wait for clients that may never come. Empty otherwise.
+  // When the open step has at least `min_updates` updates (the strategy's
+  // minimum, at least 1) and can get no more (every one of the `alive`
+  // clients, `is_alive` tells which, has its update in), the outcome to close
+  // it with: a step without a deadline then closes with what it has rather
+  // than wait for clients that may never come. Empty otherwise.
   virtual absl::string_view Stranded(
-      int /*alive*/,
+      int /*min_updates*/, int /*alive*/,
       const std::function<bool(const std::string&)>& /*is_alive*/) const {
     return {};
   }

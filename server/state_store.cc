@@ -343,6 +343,7 @@ absl::StatusOr<std::optional<SavedRun>> StateStore::Load(
     history_file_ = state.history_file();
     history_records_ = state.history_records();
     history_bytes_ = state.history_bytes();
+    run.records_on_disk = history_records_;
   } else {
     history_file_.clear();
     history_records_ = 0;

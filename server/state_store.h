@@ -32,6 +32,9 @@ struct SavedRun {
   // state.history().
   std::vector<History::Record> records;
   int64_t records_from = 0;
+  // From Load: how many of state.history()'s records, the first ones, its
+  // history file holds, so that the next Save need not be passed them.
+  int64_t records_on_disk = 0;
   std::shared_ptr<const std::vector<float>> weights;
   OptimizerState optimizer;
 };

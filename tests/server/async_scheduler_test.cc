@@ -154,6 +154,25 @@ TEST(AsyncSchedulerTest, ABufferOfKMakesAVersionEveryKUpdates) {
   EXPECT_THAT(c.loss, Optional(2.0));  // window: 3 alive clients
 }
 
+// A step is stranded when every alive client's update is in, and it holds
+// at least the strategy's minimum: fewer could not make a version.
+TEST(AsyncSchedulerTest, AStepIsStrandedWhenNoAliveClientCanAddAnUpdate) {
+  AsyncScheduler s(Buffered(3));
+  Opening o = s.Open({}, nullptr, nullptr, 0, t0);
+  auto alive = [](const std::string& id) { return id != "dead"; };
+  EXPECT_EQ(s.Stranded(1, 2, alive), "");  // no update yet
+  Rejection why;
+  for (const std::string id : {"a", "dead"}) {
+    Send(s, o, id);
+    auto ticket = s.Admit(Header(id, 1), Handle(), 0, &why);
+    ASSERT_TRUE(ticket.ok());
+    ASSERT_TRUE(s.Accept(*ticket, Header(id, 1), 10, 0, t0, &why).ok());
+  }
+  EXPECT_EQ(s.Stranded(1, 2, alive), "");  // b, alive, may still push
+  EXPECT_EQ(s.Stranded(1, 1, alive), "async");
+  EXPECT_EQ(s.Stranded(3, 1, alive), "");  // a rule needing 3 could not
+}
+
 // A step abandoned (its aggregate could not be made: a spill file lost)
 // applied nothing, and the next step is for the same round: the updates it
 // had may come again, rather than be refused as duplicates for good.

@@ -608,7 +608,11 @@ TEST_F(ResumeTest, RecordsLetGoOfInMemoryAreAllSavedAndResumed) {
 
   auto server = Start(/*history_in_memory=*/1);
   ASSERT_NE(server, nullptr);
-  EXPECT_EQ(server->controller().GetStatus().history_total(), 3);
+  // The history file holds them: the resumed run keeps one at once, not
+  // every record until its first save (a resumed DONE run never saves).
+  const v1::GetStatusResponse resumed = server->controller().GetStatus();
+  EXPECT_EQ(resumed.history_total(), 3);
+  EXPECT_EQ(resumed.history_size(), 1);
   Train(*server, 4, 4);
   ASSERT_TRUE(server->controller().AwaitPhase(v1::PHASE_EVALUATING, kWait));
   const v1::GetStatusResponse status = server->controller().GetStatus();
