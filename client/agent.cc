@@ -641,6 +641,8 @@ absl::Status Agent::Push() {
   // or one cut off by the coordinator (CANCELLED: its round closed, or it is
   // shutting down and a resumed run may ask for this round again).
   int refusals = 0;
+  // Whether an attempt went unanswered: it may have arrived all the same.
+  bool unanswered = false;
   for (;;) {
     // Never unbounded: a task without a deadline (async mode) gets
     // reconnect_timeout, so a push queued at a coordinator whose host
@@ -653,12 +655,18 @@ absl::Status Agent::Push() {
         client_.PushUpdate(update.header, update.delta, deadline);
     if (pushed.ok()) {
       NoteContact(Op::kPush);
-      NotePushed(*pushed);
+      NotePushed(pushed->accepted_this_round());
       return absl::OkStatus();
     }
     if (stopping()) return Stopped();
     const absl::Status& error = pushed.status();
     const absl::StatusCode code = error.code();
+    if (code == absl::StatusCode::kAlreadyExists && unanswered) {
+      // An earlier attempt arrived though its reply did not: counted.
+      NoteContact(Op::kPush);
+      NotePushed(std::nullopt);
+      return absl::OkStatus();
+    }
     if (code == absl::StatusCode::kFailedPrecondition ||
         code == absl::StatusCode::kAlreadyExists) {
       // The round moved on without it (or already has it): nothing to fix.
@@ -707,6 +715,7 @@ absl::Status Agent::Push() {
     // back without knowing us (a restart resumed from its state directory
     // asks the new identity for the same round, and Train pushes it again).
     const int joins = summary_.joins;
+    unanswered |= IsRetryable(code) && code != absl::StatusCode::kCancelled;
     FEDLEARN_RETURN_IF_ERROR(Recover(Op::kPush, error));
     if (summary_.joins != joins ||
         (update.push_deadline != absl::InfiniteFuture() &&
@@ -718,7 +727,7 @@ absl::Status Agent::Push() {
   }
 }
 
-void Agent::NotePushed(const v1::PushGradientResponse& pushed) {
+void Agent::NotePushed(std::optional<int> accepted_this_round) {
   Update& update = update_;
   ForgetUpdate();
   // As it travelled: int8 updates are a quarter of the floats' bytes.
@@ -730,18 +739,21 @@ void Agent::NotePushed(const v1::PushGradientResponse& pushed) {
   const TrainMetrics& m = update.metrics;
   const double seconds =
       std::max(absl::ToDoubleSeconds(update.train_time), 1e-9);
-  ConsoleLogf(console_,
-              "%s: round %d: loss %.4f accuracy %.4f%s; %d examples x %d "
-              "epochs in %.2fs (%.0f samples/s); sent %s (update %d of the "
-              "round)",
-              name_, update.round, m.loss, m.accuracy,
-              m.num_validation > 0
-                  ? absl::StrFormat(", validation loss %.4f accuracy %.4f",
-                                    m.validation_loss, m.validation_accuracy)
-                  : "",
-              m.num_examples, update.epochs, seconds,
-              static_cast<double>(m.num_examples) * update.epochs / seconds,
-              MegaBytes(bytes), pushed.accepted_this_round());
+  ConsoleLogf(
+      console_,
+      "%s: round %d: loss %.4f accuracy %.4f%s; %d examples x %d "
+      "epochs in %.2fs (%.0f samples/s); sent %s (%s)",
+      name_, update.round, m.loss, m.accuracy,
+      m.num_validation > 0
+          ? absl::StrFormat(", validation loss %.4f accuracy %.4f",
+                            m.validation_loss, m.validation_accuracy)
+          : "",
+      m.num_examples, update.epochs, seconds,
+      static_cast<double>(m.num_examples) * update.epochs / seconds,
+      MegaBytes(bytes),
+      accepted_this_round.has_value()
+          ? absl::StrFormat("update %d of the round", *accepted_this_round)
+          : std::string("an earlier attempt's, whose reply was lost"));
 }
 
 void Agent::DropUpdate(absl::string_view why, const absl::Status& error) {

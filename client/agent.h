@@ -74,7 +74,8 @@ struct AgentOptions {
   bool heartbeat = true;
   // An error that no retry or re-join can fix (INVALID_ARGUMENT on our own
   // push, say) is logged and the agent polls on; the same kind of call failing
-  // this many times in a row ends Run with that error.
+  // this many times in a row ends Run with that error. An update refused "not
+  // now" (RESOURCE_EXHAUSTED, CANCELLED) this many times in a row is dropped.
   int max_repeated_errors = 3;
   // Seed of the backoff jitter (0: unpredictable).
   uint64_t jitter_seed = 0;
@@ -192,8 +193,10 @@ class Agent {
   // Pushes update_: again, without training it again, while the coordinator
   // answers "not now" or comes back from a failure as the same coordinator.
   absl::Status Push();
-  // What a push the coordinator took leaves: the summary and its log line.
-  void NotePushed(const v1::PushGradientResponse& pushed);
+  // What a push the coordinator took leaves: the summary and its log line
+  // (its place in the round; nullopt when an attempt whose reply was lost
+  // was the one taken).
+  void NotePushed(std::optional<int> accepted_this_round);
   // Wipes update_, not counted (`why`, the coordinator's `error`).
   void DropUpdate(absl::string_view why, const absl::Status& error);
   // The last update's push is settled: it is no longer pending and its values

@@ -353,15 +353,18 @@ int Run() {
   for (Slot& slot : slots) {
     slot.thread = std::thread([&slot, &mu, &finished, log, agents] {
       slot.result = slot.agent->Run();
+      int others = 0;
+      {
+        absl::MutexLock lock(&mu);
+        others = agents - 1 - finished++;
+      }
       // Said when it happens: with --agents=N the others may go on for hours
       // before the summary lines. (Its message names the agent.)
-      if (agents > 1 && !slot.result.ok() &&
+      if (others > 0 && !slot.result.ok() &&
           !absl::IsCancelled(slot.result.status())) {
-        ConsoleLogf(log, "%s; the other agents go on",
-                    slot.result.status().ToString());
+        ConsoleLogf(log, "%s; the other agents go on (%d)",
+                    slot.result.status().ToString(), others);
       }
-      absl::MutexLock lock(&mu);
-      ++finished;
     });
   }
 

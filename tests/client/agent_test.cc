@@ -535,8 +535,12 @@ absl::StatusOr<AgentSummary> RunScripted(
 // the next poll can no longer count.
 class RefusingCoordinator final : public ScriptedCoordinator {
  public:
-  RefusingCoordinator(int refusals, grpc::StatusCode code)
-      : refusals_(refusals), code_(code) {}
+  // `then` is the answer that takes the update: OK, or ALREADY_EXISTS as the
+  // real coordinator answers a push whose earlier attempt arrived though the
+  // answer to it was lost.
+  RefusingCoordinator(int refusals, grpc::StatusCode code,
+                      grpc::StatusCode then = grpc::StatusCode::OK)
+      : refusals_(refusals), code_(code), then_(then) {}
 
   grpc::Status RequestUpdate(
       grpc::ServerContext*, const v1::RequestUpdateRequest*,
@@ -578,7 +582,10 @@ class RefusingCoordinator final : public ScriptedCoordinator {
       return grpc::Status(code_, "client client-1: scripted refusal");
     }
     accepted_ = true;
-    return grpc::Status::OK;
+    if (then_ == grpc::StatusCode::OK) return grpc::Status::OK;
+    return grpc::Status(then_,
+                        "client client-1: update for round already "
+                        "applied");
   }
 
   grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest*,
@@ -600,6 +607,7 @@ class RefusingCoordinator final : public ScriptedCoordinator {
  private:
   const int refusals_;
   const grpc::StatusCode code_;
+  const grpc::StatusCode then_;
   absl::Mutex mu_;
   int64_t round_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<int64_t> pushed_rounds_ ABSL_GUARDED_BY(mu_);
@@ -648,6 +656,22 @@ INSTANTIATE_TEST_SUITE_P(Codes, AgentPushAgainTest,
                          ::testing::Values(grpc::StatusCode::RESOURCE_EXHAUSTED,
                                            grpc::StatusCode::CANCELLED,
                                            grpc::StatusCode::UNAVAILABLE));
+
+// A push that went unanswered may have arrived all the same: ALREADY_EXISTS to
+// the attempt after it means it did, and the update counts as pushed (as the
+// Python SDK counts it), not as rejected.
+TEST(AgentPushTest, AlreadyExistsAfterAnUnansweredAttemptIsAPush) {
+  RefusingCoordinator coordinator(/*refusals=*/1, grpc::StatusCode::UNAVAILABLE,
+                                  /*then=*/grpc::StatusCode::ALREADY_EXISTS);
+  std::atomic<int> trainings{0};
+  bool holds = true;
+  absl::StatusOr<AgentSummary> summary =
+      RunAgainst(coordinator, /*max_repeated_errors=*/3, &trainings, &holds);
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(coordinator.pushed_rounds(), std::vector<int64_t>({1, 1}));
+  EXPECT_EQ(summary->rounds_trained, 1);
+  EXPECT_EQ(summary->updates_rejected, 0);
+}
 
 // Refused "not now" max_repeated_errors times in a row, the update is dropped
 // and counted, and the agent carries on with the next task (README, as the
