@@ -910,11 +910,14 @@ void RunController::RunTimersLocked(absl::Time now, Effects* effects) {
   // Clients that died since the step's updates came in are noticed here.
   if (scheduler_->is_open()) {
     const int alive = clients_.CountAlive(now);
-    const absl::string_view outcome = scheduler_->Stranded(
-        strategy_.min_updates, alive, [this, now](const std::string& id) {
-          absl::StatusOr<Client*> c = clients_.Get(id);
-          return c.ok() && clients_.IsAlive(**c, now);
-        });
+    // Called by Stranded, under mu_ (which the analysis cannot see).
+    auto is_alive = [this, now](const std::string& id)
+                        ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                          absl::StatusOr<Client*> c = clients_.Get(id);
+                          return c.ok() && clients_.IsAlive(**c, now);
+                        };
+    const absl::string_view outcome =
+        scheduler_->Stranded(strategy_.min_updates, alive, is_alive);
     if (!outcome.empty()) {
       Logf(
           "round %d: no other client alive to add an update (%d alive): "
