@@ -353,6 +353,7 @@ absl::StatusOr<AgentSummary> Agent::Run() {
         FEDLEARN_RETURN_IF_ERROR(Evaluate(*received));
         break;
       case v1::TASK_TYPE_DONE:
+        DropCutOffUpdate();
         summary_.wall_time = absl::Now() - start;
         ConsoleLogf(console_, "%s: run %s done after %d rounds trained", name_,
                     summary_.run_id, summary_.rounds_trained);
@@ -572,8 +573,10 @@ absl::Status Agent::Train(CoordinatorClient::ReceivedTask received) {
                 "coordinator went away",
                 name_, round);
     update.push_deadline = push_deadline;
+    update.cut_off = false;
     return Push();
   }
+  DropCutOffUpdate();
   update.pending = false;
   const v1::TrainingPlan& plan = task.has_plan() ? task.plan() : joined_.plan();
   update.delta.assign(received.weights.begin(), received.weights.end());
@@ -637,9 +640,7 @@ absl::Status Agent::Train(CoordinatorClient::ReceivedTask received) {
 absl::Status Agent::Push() {
   Update& update = update_;
   // Answers of "not now" in a row: a push preempted as too slow while others
-  // waited for a receive buffer, a limit of the moment (RESOURCE_EXHAUSTED),
-  // or one cut off by the coordinator (CANCELLED: its round closed, or it is
-  // shutting down and a resumed run may ask for this round again).
+  // waited for a receive buffer, or a limit of the moment (RESOURCE_EXHAUSTED).
   int refusals = 0;
   // Whether an attempt went unanswered: it may have arrived all the same.
   bool unanswered = false;
@@ -674,14 +675,26 @@ absl::Status Agent::Push() {
       DropUpdate("the round moved on", error);
       return absl::OkStatus();
     }
-    if (code == absl::StatusCode::kResourceExhausted ||
-        code == absl::StatusCode::kCancelled) {
-      // The coordinator answered "not now": the same update is pushed again
-      // after a backoff, without training it again or polling (a poll could
-      // hand out a newer task, for which this update no longer counts). A
-      // round that closed meanwhile answers FAILED_PRECONDITION; a
-      // coordinator that went away, UNAVAILABLE (and a resumed one asks for
-      // the round again).
+    if (code == absl::StatusCode::kCancelled) {
+      // Cut off by the coordinator: its round closed without it (at quorum,
+      // most often), or the coordinator is shutting down and, resumed, may ask
+      // for this round again. The update is kept, and the next task says
+      // which (Train pushes it again for the same round and weights).
+      NoteContact(Op::kPush);
+      update.cut_off = true;
+      ConsoleLogf(console_,
+                  "%s: round %d: push cut off (%s); the update is kept should "
+                  "the round be asked for again",
+                  name_, update.round, error.ToString());
+      return absl::OkStatus();
+    }
+    if (code == absl::StatusCode::kResourceExhausted) {
+      // The coordinator answered "not now" (a push preempted as too slow
+      // while others waited for a receive buffer, a limit of the moment): the
+      // same update is pushed again after a backoff, without training it
+      // again or polling (a poll could hand out a newer task, for which this
+      // update no longer counts). A round that closed meanwhile answers
+      // FAILED_PRECONDITION.
       NoteContact(Op::kPush);
       const absl::Duration delay =
           Backoff(refusals, options_.initial_backoff, options_.max_backoff,
@@ -715,7 +728,8 @@ absl::Status Agent::Push() {
     // back without knowing us (a restart resumed from its state directory
     // asks the new identity for the same round, and Train pushes it again).
     const int joins = summary_.joins;
-    unanswered |= IsRetryable(code) && code != absl::StatusCode::kCancelled;
+    // UNAVAILABLE or DEADLINE_EXCEEDED (CANCELLED returned above).
+    unanswered = unanswered || IsRetryable(code);
     FEDLEARN_RETURN_IF_ERROR(Recover(Op::kPush, error));
     if (summary_.joins != joins ||
         (update.push_deadline != absl::InfiniteFuture() &&
@@ -763,8 +777,16 @@ void Agent::DropUpdate(absl::string_view why, const absl::Status& error) {
               update_.round, why, error.ToString());
 }
 
+void Agent::DropCutOffUpdate() {
+  if (!update_.pending || !update_.cut_off) return;
+  // Its round was not asked for again: it did not count.
+  DropUpdate("its push was cut off and the round moved on",
+             absl::CancelledError("not asked for again"));
+}
+
 void Agent::ForgetUpdate() {
   update_.pending = false;
+  update_.cut_off = false;
   std::fill(update_.delta.begin(), update_.delta.end(), 0.0f);
 }
 

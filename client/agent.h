@@ -181,6 +181,9 @@ class Agent {
     // never when the task had no deadline (async mode).
     absl::Time push_deadline = absl::InfiniteFuture();
     bool pending = false;
+    // Its push was cut off by the coordinator (CANCELLED): counted as
+    // rejected if the next task is not its round again.
+    bool cut_off = false;
   };
 
   // Takes options_.session_file's lock for the agent's lifetime.
@@ -191,7 +194,8 @@ class Agent {
   absl::Status Recover(Op op, const absl::Status& error);
   absl::Status Train(CoordinatorClient::ReceivedTask task);
   // Pushes update_: again, without training it again, while the coordinator
-  // answers "not now" or comes back from a failure as the same coordinator.
+  // answers "not now" or comes back from a failure as the same coordinator;
+  // one cut off is kept for the next task to decide.
   absl::Status Push();
   // What a push the coordinator took leaves: the summary and its log line
   // (its place in the round; nullopt when an attempt whose reply was lost
@@ -199,6 +203,9 @@ class Agent {
   void NotePushed(std::optional<int> accepted_this_round);
   // Wipes update_, not counted (`why`, the coordinator's `error`).
   void DropUpdate(absl::string_view why, const absl::Status& error);
+  // Drops update_ if it was kept after its push was cut off (cut_off): the
+  // task that came next is not its round.
+  void DropCutOffUpdate();
   // The last update's push is settled: it is no longer pending and its values
   // are zeroed (the buffer is kept, its pages touched once).
   void ForgetUpdate();

@@ -126,13 +126,16 @@ class Summary:
 
 @dataclasses.dataclass
 class _HeldUpdate:
-    """An update whose push a restarted coordinator refused, kept for its round."""
+    """An update whose push a restarted coordinator refused, or the coordinator cut
+    off (``cut_off``: counted as rejected if its round is not asked for again), kept
+    for its round."""
 
     run_id: str
     round: int
     weights_crcs: List[int]  # of the weights it was trained from
     header: Any  # UpdateHeader
     payloads: List[Payload]
+    cut_off: bool = False
 
     def same_task(self, run_id: str, round_: int, weights_crcs: List[int]) -> bool:
         return (self.run_id, self.round, self.weights_crcs) == (run_id, round_,
@@ -255,6 +258,8 @@ class Client:
                 elif task.type == types.TASK_TYPE_EVALUATE:
                     self._report(task, weights)
                 elif task.type == types.TASK_TYPE_DONE:
+                    self._drop_cut_off(self._held)
+                    self._held = None
                     return self.summary
                 else:
                     raise FedlearnError(f"unknown task type {task.type}")
@@ -527,9 +532,12 @@ class Client:
         held, self._held = self._held, None
         if held is not None and held.same_task(run_id, task.round, weights_crcs):
             held.header.client_id = self.joined.client_id
-            if self._push(held.header, held.payloads, push_by) == "rejoined":
-                self._held = held  # refused again by a restart: kept again
+            outcome = self._push(held.header, held.payloads, push_by)
+            if outcome in ("rejoined", "cut off"):  # kept again
+                held.cut_off = outcome == "cut off"
+                self._held = held
             return
+        self._drop_cut_off(held)
         with _Heartbeats(self, plan):
             result = self._fit([w.copy() for w in weights], plan)
         self.summary.fit_seconds += time.perf_counter() - started
@@ -556,12 +564,19 @@ class Client:
             encoding=(self._pb2.ENCODING_QUANTIZED if self._int8
                       else self._pb2.ENCODING_DENSE))
         payloads = [encode(d, self._int8)[0] for d in delta]
-        if self._push(header, payloads, push_by) == "rejoined":
+        outcome = self._push(header, payloads, push_by)
+        if outcome in ("rejoined", "cut off"):
             self._held = _HeldUpdate(run_id, task.round, weights_crcs, header,
-                                     payloads)
+                                     payloads, cut_off=outcome == "cut off")
+
+    def _drop_cut_off(self, held: Optional[_HeldUpdate]) -> None:
+        """An update kept after its push was cut off whose round was not asked for
+        again did not count, as the C++ agent counts it."""
+        if held is not None and held.cut_off:
+            self.summary.updates_rejected += 1
 
     def _deliver(self, send: Callable[[], Any], what: str, not_now: tuple = (),
-                 give_up_by: Optional[float] = None) -> str:
+                 give_up_by: Optional[float] = None, keep_on: tuple = ()) -> str:
         """Sends a result of this client's task (an update, an evaluation) until it
         counts or cannot, as the C++ agent does: "sent"; "refused" (FAILED_PRECONDITION,
         ALREADY_EXISTS, CANCELLED: the round or the evaluation moved on;
@@ -570,11 +585,13 @@ class Client:
         under an identity the result was not asked of); "stopped". While the
         coordinator is unreachable the same result is sent again after a backoff, and
         ALREADY_EXISTS then means an earlier attempt arrived though its reply did not:
-        "sent". A code in ``not_now`` (an update's RESOURCE_EXHAUSTED and CANCELLED: a
-        push preempted as too slow, or cut off as the coordinator shuts down) sends the
-        same result again after a backoff, before any poll could hand out a newer task:
-        "refused" after MAX_REPEATED_ERRORS of them in a row, or once the backoff would
-        end past ``give_up_by`` (time.monotonic: the round's deadline). Other codes
+        "sent". A code in ``not_now`` (an update's RESOURCE_EXHAUSTED: a push preempted
+        as too slow) sends the same result again after a backoff, before any poll could
+        hand out a newer task: "refused" after MAX_REPEATED_ERRORS of them in a row, or
+        once the backoff would end past ``give_up_by`` (time.monotonic: the round's
+        deadline). A code in ``keep_on`` (an update's CANCELLED: cut off as its round
+        closed or the coordinator shut down) returns "cut off", for the caller to keep
+        the result until the next task says whether it is still wanted. Other codes
         raise."""
         grpc = self._grpc
         attempts = 0
@@ -589,6 +606,9 @@ class Client:
                 code = e.code()
                 if code == grpc.StatusCode.ALREADY_EXISTS and attempts > 1:
                     pass  # an earlier attempt arrived
+                elif code in keep_on:
+                    self._succeeded()  # it answered
+                    return "cut off"
                 elif code in not_now:
                     self._succeeded()  # it answered
                     refusals += 1
@@ -634,9 +654,9 @@ class Client:
 
         grpc = self._grpc
         outcome = self._deliver(
-            send, "PushGradient",
-            not_now=(grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.CANCELLED),
-            give_up_by=None if push_by is None else push_by - PUSH_GRACE_S)
+            send, "PushGradient", not_now=(grpc.StatusCode.RESOURCE_EXHAUSTED,),
+            give_up_by=None if push_by is None else push_by - PUSH_GRACE_S,
+            keep_on=(grpc.StatusCode.CANCELLED,))
         if outcome == "sent":
             self.summary.upload_seconds += time.perf_counter() - attempt["started"]
             self.summary.rounds_trained += 1

@@ -538,9 +538,15 @@ class RefusingCoordinator final : public ScriptedCoordinator {
   // `then` is the answer that takes the update: OK, or ALREADY_EXISTS as the
   // real coordinator answers a push whose earlier attempt arrived though the
   // answer to it was lost.
+  // With `same_round`, every TRAIN task is round 1 with the same weights, as
+  // a coordinator resumed from its state directory asks for a round again.
   RefusingCoordinator(int refusals, grpc::StatusCode code,
-                      grpc::StatusCode then = grpc::StatusCode::OK)
-      : refusals_(refusals), code_(code), then_(then) {}
+                      grpc::StatusCode then = grpc::StatusCode::OK,
+                      bool same_round = false)
+      : refusals_(refusals),
+        code_(code),
+        then_(then),
+        same_round_(same_round) {}
 
   grpc::Status RequestUpdate(
       grpc::ServerContext*, const v1::RequestUpdateRequest*,
@@ -554,7 +560,8 @@ class RefusingCoordinator final : public ScriptedCoordinator {
         writer->Write(message);
         return grpc::Status::OK;
       }
-      task->set_round(++round_);
+      ++tasks_;
+      task->set_round(same_round_ ? 1 : tasks_);
     }
     task->set_type(v1::TASK_TYPE_TRAIN);
     task->set_num_tensors(static_cast<int32_t>(spec_.tensors.size()));
@@ -601,15 +608,16 @@ class RefusingCoordinator final : public ScriptedCoordinator {
   // TRAIN tasks handed out.
   int64_t tasks() {
     absl::MutexLock lock(&mu_);
-    return round_;
+    return tasks_;
   }
 
  private:
   const int refusals_;
   const grpc::StatusCode code_;
   const grpc::StatusCode then_;
+  const bool same_round_;
   absl::Mutex mu_;
-  int64_t round_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t tasks_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<int64_t> pushed_rounds_ ABSL_GUARDED_BY(mu_);
   bool accepted_ ABSL_GUARDED_BY(mu_) = false;
 };
@@ -630,11 +638,10 @@ absl::StatusOr<AgentSummary> RunAgainst(RefusingCoordinator& coordinator,
                      });
 }
 
-// "Not now" (a push preempted as too slow while others waited, a coordinator
-// shutting down), or no answer from the same coordinator: the update is
-// pushed again as it is, before any poll, so it still counts for its round
-// (a poll would hand out a newer task: in async mode always) and is not
-// trained again.
+// "Not now" (a push preempted as too slow while others waited), or no answer
+// from the same coordinator: the update is pushed again as it is, before any
+// poll, so it still counts for its round (a poll would hand out a newer task:
+// in async mode always) and is not trained again.
 class AgentPushAgainTest : public ::testing::TestWithParam<grpc::StatusCode> {};
 
 TEST_P(AgentPushAgainTest, TheSameUpdateIsPushedAgainBeforeAnyPoll) {
@@ -654,8 +661,32 @@ TEST_P(AgentPushAgainTest, TheSameUpdateIsPushedAgainBeforeAnyPoll) {
 
 INSTANTIATE_TEST_SUITE_P(Codes, AgentPushAgainTest,
                          ::testing::Values(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                                           grpc::StatusCode::CANCELLED,
                                            grpc::StatusCode::UNAVAILABLE));
+
+// A push the coordinator cut off (CANCELLED: its round closed at quorum, or
+// the coordinator shut down) is kept, and the next task decides: the same
+// round with the same weights (a coordinator resumed from its state
+// directory) gets it again without training; another round trains afresh,
+// and the kept update counts as rejected. No push is made only to be told
+// the round closed.
+TEST(AgentPushTest, APushCutOffIsKeptForTheNextTaskToDecide) {
+  for (const bool same_round : {true, false}) {
+    RefusingCoordinator coordinator(/*refusals=*/1, grpc::StatusCode::CANCELLED,
+                                    grpc::StatusCode::OK, same_round);
+    std::atomic<int> trainings{0};
+    bool holds = true;
+    absl::StatusOr<AgentSummary> summary =
+        RunAgainst(coordinator, /*max_repeated_errors=*/3, &trainings, &holds);
+    ASSERT_TRUE(summary.ok()) << summary.status();
+    EXPECT_EQ(coordinator.pushed_rounds(), same_round
+                                               ? std::vector<int64_t>({1, 1})
+                                               : std::vector<int64_t>({1, 2}));
+    EXPECT_EQ(coordinator.tasks(), 2);
+    EXPECT_EQ(trainings.load(), same_round ? 1 : 2);
+    EXPECT_EQ(summary->rounds_trained, 1);
+    EXPECT_EQ(summary->updates_rejected, same_round ? 0 : 1);
+  }
+}
 
 // A push that went unanswered may have arrived all the same: ALREADY_EXISTS to
 // the attempt after it means it did, and the update counts as pushed (as the
