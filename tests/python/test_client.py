@@ -480,6 +480,42 @@ class ClientTest(unittest.TestCase):
         # for the next task to decide, not counted yet (_train).
         self.assertEqual(push(C.CANCELLED), ("cut off", [4], 0, 0))
 
+    def test_an_update_cut_off_is_kept_for_the_next_task_to_decide(self):
+        # _train with a scripted push: cut off (CANCELLED) once, then taken. The same
+        # round with the same weights next (a resumed coordinator) gets the kept
+        # update without fit; another round runs fit, and the kept one counts as
+        # rejected; as AgentPushTest.APushCutOffIsKeptForTheNextTaskToDecide.
+        _, pb2, _ = fedlearn.proto.modules()
+
+        def train_twice(next_round):
+            fits, pushes = [], []
+
+            def fit(weights, plan):
+                fits.append(1)
+                return [w + 1 for w in weights], 10, {"loss": 1.0}
+
+            client = fedlearn.Client("127.0.0.1:1", fit, max_backoff=0.01)
+            client.joined = pb2.JoinResponse(
+                client_id="client-1", run_id="r1",
+                model=pb2.ModelSpec(name="t", num_parameters=3, tensors=[
+                    pb2.TensorSpec(name="w", shape=[3], dtype=pb2.DTYPE_FLOAT32)]))
+            client._weights_crcs = [7]
+
+            def push_update(header, payloads, timeout):
+                pushes.append(header.round)
+                if len(pushes) == 1:
+                    raise ScriptedFailure(grpc.StatusCode.CANCELLED)
+
+            client.push_update = push_update
+            weights = [np.zeros(3, np.float32)]
+            client._train(pb2.Task(type=pb2.TASK_TYPE_TRAIN, round=1), weights)
+            client._train(pb2.Task(type=pb2.TASK_TYPE_TRAIN, round=next_round), weights)
+            return (len(fits), pushes, client.summary.rounds_trained,
+                    client.summary.updates_rejected)
+
+        self.assertEqual(train_twice(1), (1, [1, 1], 1, 0))
+        self.assertEqual(train_twice(2), (2, [1, 2], 1, 1))
+
     def test_polls_cut_off_by_the_coordinator_are_not_silence(self):
         # A client on a link too slow for every download is cut off (CANCELLED) again
         # and again, for longer than reconnect_timeout: the coordinator answered each
