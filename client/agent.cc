@@ -348,12 +348,13 @@ absl::StatusOr<AgentSummary> Agent::Run() {
         FEDLEARN_RETURN_IF_ERROR(Train(*std::move(received)));
         break;
       case v1::TASK_TYPE_EVALUATE:
+        DropKeptUpdate();  // training is over: it can no longer count
         summary_.bytes_received +=
             PayloadBytes(client_.spec(), v1::ENCODING_DENSE);
         FEDLEARN_RETURN_IF_ERROR(Evaluate(*received));
         break;
       case v1::TASK_TYPE_DONE:
-        DropCutOffUpdate();
+        DropKeptUpdate();
         summary_.wall_time = absl::Now() - start;
         ConsoleLogf(console_, "%s: run %s done after %d rounds trained", name_,
                     summary_.run_id, summary_.rounds_trained);
@@ -569,15 +570,13 @@ absl::Status Agent::Train(CoordinatorClient::ReceivedTask received) {
   if (update.pending && update.run_id == joined_.run_id() &&
       update.round == round && update.weights == received.weights) {
     ConsoleLogf(console_,
-                "%s: round %d: pushing again the update trained before the "
-                "coordinator went away",
+                "%s: round %d: pushing again the update kept from before (its "
+                "push was cut off, or the coordinator went away)",
                 name_, round);
     update.push_deadline = push_deadline;
-    update.cut_off = false;
     return Push();
   }
-  DropCutOffUpdate();
-  update.pending = false;
+  DropKeptUpdate();  // this task is not its round
   const v1::TrainingPlan& plan = task.has_plan() ? task.plan() : joined_.plan();
   update.delta.assign(received.weights.begin(), received.weights.end());
 
@@ -681,7 +680,6 @@ absl::Status Agent::Push() {
       // for this round again. The update is kept, and the next task says
       // which (Train pushes it again for the same round and weights).
       NoteContact(Op::kPush);
-      update.cut_off = true;
       ConsoleLogf(console_,
                   "%s: round %d: push cut off (%s); the update is kept should "
                   "the round be asked for again",
@@ -777,16 +775,14 @@ void Agent::DropUpdate(absl::string_view why, const absl::Status& error) {
               update_.round, why, error.ToString());
 }
 
-void Agent::DropCutOffUpdate() {
-  if (!update_.pending || !update_.cut_off) return;
-  // Its round was not asked for again: it did not count.
-  DropUpdate("its push was cut off and the round moved on",
-             absl::CancelledError("not asked for again"));
+void Agent::DropKeptUpdate() {
+  if (!update_.pending) return;
+  DropUpdate("its round is not asked for again",
+             absl::CancelledError("kept after its push was cut off or lost"));
 }
 
 void Agent::ForgetUpdate() {
   update_.pending = false;
-  update_.cut_off = false;
   std::fill(update_.delta.begin(), update_.delta.end(), 0.0f);
 }
 

@@ -75,7 +75,7 @@ struct AgentOptions {
   // An error that no retry or re-join can fix (INVALID_ARGUMENT on our own
   // push, say) is logged and the agent polls on; the same kind of call failing
   // this many times in a row ends Run with that error. An update refused "not
-  // now" (RESOURCE_EXHAUSTED, CANCELLED) this many times in a row is dropped.
+  // now" (RESOURCE_EXHAUSTED) this many times in a row is dropped.
   int max_repeated_errors = 3;
   // Seed of the backoff jitter (0: unpredictable).
   uint64_t jitter_seed = 0;
@@ -163,9 +163,10 @@ class Agent {
 
   // The last update trained. Its buffers are kept across rounds so that their
   // pages are touched once. While `pending`, its push failed for want of a
-  // coordinator, or was refused by one that no longer knew this identity (a
-  // restart): it is pushed again, without retraining, if the same run's same
-  // round comes back with the same weights.
+  // coordinator, was refused by one that no longer knew this identity (a
+  // restart), or was cut off (CANCELLED): it is pushed again, without
+  // retraining, if the same run's same round comes back with the same
+  // weights, and dropped as rejected at any other task.
   struct Update {
     std::string run_id;  // of the join it was trained under
     int64_t round = 0;
@@ -181,9 +182,6 @@ class Agent {
     // never when the task had no deadline (async mode).
     absl::Time push_deadline = absl::InfiniteFuture();
     bool pending = false;
-    // Its push was cut off by the coordinator (CANCELLED): counted as
-    // rejected if the next task is not its round again.
-    bool cut_off = false;
   };
 
   // Takes options_.session_file's lock for the agent's lifetime.
@@ -203,9 +201,9 @@ class Agent {
   void NotePushed(std::optional<int> accepted_this_round);
   // Wipes update_, not counted (`why`, the coordinator's `error`).
   void DropUpdate(absl::string_view why, const absl::Status& error);
-  // Drops update_ if it was kept after its push was cut off (cut_off): the
-  // task that came next is not its round.
-  void DropCutOffUpdate();
+  // Drops update_ if it is kept (pending) and counts it rejected: the task
+  // that came is not its round (another round or run, EVALUATE, DONE).
+  void DropKeptUpdate();
   // The last update's push is settled: it is no longer pending and its values
   // are zeroed (the buffer is kept, its pages touched once).
   void ForgetUpdate();

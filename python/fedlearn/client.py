@@ -127,15 +127,13 @@ class Summary:
 @dataclasses.dataclass
 class _HeldUpdate:
     """An update whose push a restarted coordinator refused, or the coordinator cut
-    off (``cut_off``: counted as rejected if its round is not asked for again), kept
-    for its round."""
+    off, kept for its round: counted as rejected if another task comes instead."""
 
     run_id: str
     round: int
     weights_crcs: List[int]  # of the weights it was trained from
     header: Any  # UpdateHeader
     payloads: List[Payload]
-    cut_off: bool = False
 
     def same_task(self, run_id: str, round_: int, weights_crcs: List[int]) -> bool:
         return (self.run_id, self.round, self.weights_crcs) == (run_id, round_,
@@ -258,8 +256,7 @@ class Client:
                 elif task.type == types.TASK_TYPE_EVALUATE:
                     self._report(task, weights)
                 elif task.type == types.TASK_TYPE_DONE:
-                    self._drop_cut_off(self._held)
-                    self._held = None
+                    self._drop_held()
                     return self.summary
                 else:
                     raise FedlearnError(f"unknown task type {task.type}")
@@ -532,12 +529,12 @@ class Client:
         held, self._held = self._held, None
         if held is not None and held.same_task(run_id, task.round, weights_crcs):
             held.header.client_id = self.joined.client_id
-            outcome = self._push(held.header, held.payloads, push_by)
-            if outcome in ("rejoined", "cut off"):  # kept again
-                held.cut_off = outcome == "cut off"
-                self._held = held
+            if self._push(held.header, held.payloads, push_by) in ("rejoined",
+                                                                   "cut off"):
+                self._held = held  # kept again
             return
-        self._drop_cut_off(held)
+        self._held = held
+        self._drop_held()  # this task is not its round
         with _Heartbeats(self, plan):
             result = self._fit([w.copy() for w in weights], plan)
         self.summary.fit_seconds += time.perf_counter() - started
@@ -567,12 +564,13 @@ class Client:
         outcome = self._push(header, payloads, push_by)
         if outcome in ("rejoined", "cut off"):
             self._held = _HeldUpdate(run_id, task.round, weights_crcs, header,
-                                     payloads, cut_off=outcome == "cut off")
+                                     payloads)
 
-    def _drop_cut_off(self, held: Optional[_HeldUpdate]) -> None:
-        """An update kept after its push was cut off whose round was not asked for
-        again did not count, as the C++ agent counts it."""
-        if held is not None and held.cut_off:
+    def _drop_held(self) -> None:
+        """Drops the held update, if any: another task came than its round (another
+        round or run, EVALUATE, DONE), so it did not count; as the C++ agent."""
+        if self._held is not None:
+            self._held = None
             self.summary.updates_rejected += 1
 
     def _deliver(self, send: Callable[[], Any], what: str, not_now: tuple = (),
@@ -594,17 +592,16 @@ class Client:
         the result until the next task says whether it is still wanted. Other codes
         raise."""
         grpc = self._grpc
-        attempts = 0
+        unanswered = False  # an attempt went unanswered: it may have arrived
         refusals = 0
         while not self._stopping.is_set():
-            attempts += 1
             try:
                 send()
             except grpc.RpcError as e:
                 if self._stopping.is_set():
                     return "stopped"  # cut short by stop(), not refused
                 code = e.code()
-                if code == grpc.StatusCode.ALREADY_EXISTS and attempts > 1:
+                if code == grpc.StatusCode.ALREADY_EXISTS and unanswered:
                     pass  # an earlier attempt arrived
                 elif code in keep_on:
                     self._succeeded()  # it answered
@@ -630,6 +627,7 @@ class Client:
                         raise from_rpc_error(e, what) from None
                     if mended == "rejoined":
                         return mended
+                    unanswered = True
                     continue  # the same result, after the backoff
             self._succeeded()
             return "sent"

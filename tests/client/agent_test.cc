@@ -529,10 +529,10 @@ absl::StatusOr<AgentSummary> RunScripted(
 // under load or faults: it refuses the first `refusals` pushes with `code`
 // (RESOURCE_EXHAUSTED as the real one refuses a push preempted as too slow to
 // keep its receive buffer while others wait, CANCELLED as it cuts off a push
-// when shutting down, UNAVAILABLE as a proxy answers when it lost the
-// coordinator), then accepts one, then says DONE. Each poll before that is a
-// TRAIN task of the next round, so an update that is not pushed again before
-// the next poll can no longer count.
+// when its round closes or it shuts down, UNAVAILABLE as a proxy answers when
+// it lost the coordinator), then accepts one, then says DONE. Each poll before
+// that is a TRAIN task of the next round, so an update that is not pushed again
+// before the next poll can no longer count.
 class RefusingCoordinator final : public ScriptedCoordinator {
  public:
   // `then` is the answer that takes the update: OK, or ALREADY_EXISTS as the
@@ -555,7 +555,7 @@ class RefusingCoordinator final : public ScriptedCoordinator {
     v1::Task* task = message.mutable_task();
     {
       absl::MutexLock lock(&mu_);
-      if (accepted_) {
+      if (accepted_ || (done_after_ > 0 && tasks_ >= done_after_)) {
         task->set_type(v1::TASK_TYPE_DONE);
         writer->Write(message);
         return grpc::Status::OK;
@@ -605,6 +605,11 @@ class RefusingCoordinator final : public ScriptedCoordinator {
     absl::MutexLock lock(&mu_);
     return pushed_rounds_;
   }
+  // DONE once `tasks` TRAIN tasks were handed out, taken or not.
+  void DoneAfter(int tasks) {
+    absl::MutexLock lock(&mu_);
+    done_after_ = tasks;
+  }
   // TRAIN tasks handed out.
   int64_t tasks() {
     absl::MutexLock lock(&mu_);
@@ -618,6 +623,7 @@ class RefusingCoordinator final : public ScriptedCoordinator {
   const bool same_round_;
   absl::Mutex mu_;
   int64_t tasks_ ABSL_GUARDED_BY(mu_) = 0;
+  int done_after_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<int64_t> pushed_rounds_ ABSL_GUARDED_BY(mu_);
   bool accepted_ ABSL_GUARDED_BY(mu_) = false;
 };
@@ -685,7 +691,20 @@ TEST(AgentPushTest, APushCutOffIsKeptForTheNextTaskToDecide) {
     EXPECT_EQ(trainings.load(), same_round ? 1 : 2);
     EXPECT_EQ(summary->rounds_trained, 1);
     EXPECT_EQ(summary->updates_rejected, same_round ? 0 : 1);
+    EXPECT_FALSE(holds);
   }
+  // DONE next: dropped, counted, and its values wiped.
+  RefusingCoordinator coordinator(/*refusals=*/1, grpc::StatusCode::CANCELLED);
+  coordinator.DoneAfter(1);
+  std::atomic<int> trainings{0};
+  bool holds = true;
+  absl::StatusOr<AgentSummary> summary =
+      RunAgainst(coordinator, /*max_repeated_errors=*/3, &trainings, &holds);
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  EXPECT_EQ(coordinator.pushed_rounds(), std::vector<int64_t>({1}));
+  EXPECT_EQ(summary->rounds_trained, 0);
+  EXPECT_EQ(summary->updates_rejected, 1);
+  EXPECT_FALSE(holds);
 }
 
 // A push that went unanswered may have arrived all the same: ALREADY_EXISTS to

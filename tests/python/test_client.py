@@ -516,6 +516,35 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(train_twice(1), (1, [1, 1], 1, 0))
         self.assertEqual(train_twice(2), (2, [1, 2], 1, 1))
 
+    def test_an_update_kept_is_dropped_and_counted_at_done(self):
+        # run() with scripted calls: round 1 is trained, its push cut off (kept), and
+        # DONE comes next: the kept update did not count (as the C++ agent's
+        # AgentPushTest.APushCutOffIsKeptForTheNextTaskToDecide).
+        _, pb2, _ = fedlearn.proto.modules()
+        client = fedlearn.Client("127.0.0.1:1", lambda w, p: (w, 10, {}),
+                                 max_backoff=0.01)
+
+        def join():
+            client.joined = pb2.JoinResponse(
+                client_id="client-1", run_id="r1",
+                model=pb2.ModelSpec(name="t", num_parameters=3, tensors=[
+                    pb2.TensorSpec(name="w", shape=[3], dtype=pb2.DTYPE_FLOAT32)]))
+            client._weights_crcs = [7]
+
+        tasks = [(pb2.Task(type=pb2.TASK_TYPE_TRAIN, round=1),
+                  [np.zeros(3, np.float32)]),
+                 (pb2.Task(type=pb2.TASK_TYPE_DONE), [])]
+
+        def push_update(header, payloads, timeout):
+            raise ScriptedFailure(grpc.StatusCode.CANCELLED)
+
+        client._join = join
+        client._poll = lambda: tasks.pop(0)
+        client.push_update = push_update
+        summary = client.run()
+        self.assertEqual((summary.rounds_trained, summary.updates_rejected), (0, 1))
+        self.assertIsNone(client._held)
+
     def test_polls_cut_off_by_the_coordinator_are_not_silence(self):
         # A client on a link too slow for every download is cut off (CANCELLED) again
         # and again, for longer than reconnect_timeout: the coordinator answered each
