@@ -526,14 +526,14 @@ class Client:
         # The run and weights it trains for, kept before a push's re-join can
         # replace self.joined (a held update belongs to this run, not the next).
         run_id, weights_crcs = self.joined.run_id, self._weights_crcs
-        held, self._held = self._held, None
+        held = self._held
         if held is not None and held.same_task(run_id, task.round, weights_crcs):
+            self._held = None
             held.header.client_id = self.joined.client_id
             if self._push(held.header, held.payloads, push_by) in ("rejoined",
                                                                    "cut off"):
                 self._held = held  # kept again
             return
-        self._held = held
         self._drop_held()  # this task is not its round
         with _Heartbeats(self, plan):
             result = self._fit([w.copy() for w in weights], plan)
