@@ -57,6 +57,19 @@ std::shared_ptr<CancelHandle> SendWithRetire(AsyncScheduler& s,
   return train.retire;
 }
 
+// Sends `id` the open step's TRAIN for `round`, and admits and accepts its
+// update at `version` and `at`; the acceptance.
+absl::StatusOr<Acceptance> SendAndAccept(AsyncScheduler& s, const Opening& o,
+                                         const std::string& id, int64_t round,
+                                         int64_t version, absl::Time at = t0) {
+  Send(s, o, id);
+  Rejection why;
+  absl::StatusOr<Ticket> ticket =
+      s.Admit(Header(id, round), Handle(), version, &why);
+  if (!ticket.ok()) return ticket.status();
+  return s.Accept(*ticket, Header(id, round), 10, version, at, &why);
+}
+
 TEST(AsyncSchedulerTest, StartsAtMinClientsThenGoesOnWithWhoeverIsThere) {
   AsyncScheduler s(Buffered(1));
   EXPECT_EQ(s.WantClients(1), std::nullopt);
@@ -116,13 +129,7 @@ TEST(AsyncSchedulerTest, ALongWindowIsStillSavedEveryTenSeconds) {
   // Applies one update at `seconds` after t0; whether its close saves.
   auto saves_at = [&](int seconds) {
     const absl::Time at = t0 + absl::Seconds(seconds);
-    Rejection why;
-    Send(s, o, "a");
-    auto ticket = s.Admit(Header("a", version + 1), Handle(), version, &why);
-    EXPECT_TRUE(ticket.ok()) << ticket.status();
-    EXPECT_TRUE(
-        s.Accept(*ticket, Header("a", version + 1), 10, version, at, &why)
-            .ok());
+    EXPECT_TRUE(SendAndAccept(s, o, "a", version + 1, version, at).ok());
     const Closing c = s.Close("async", version, /*alive=*/1000, at);
     o = s.Open({}, nullptr, nullptr, ++version, at);
     return c.save;
@@ -161,12 +168,8 @@ TEST(AsyncSchedulerTest, AStepIsStrandedWhenNoAliveClientCanAddAnUpdate) {
   Opening o = s.Open({}, nullptr, nullptr, 0, t0);
   auto alive = [](const std::string& id) { return id != "dead"; };
   EXPECT_EQ(s.Stranded(1, 2, alive), "");  // no update yet
-  Rejection why;
   for (const std::string id : {"a", "dead"}) {
-    Send(s, o, id);
-    auto ticket = s.Admit(Header(id, 1), Handle(), 0, &why);
-    ASSERT_TRUE(ticket.ok());
-    ASSERT_TRUE(s.Accept(*ticket, Header(id, 1), 10, 0, t0, &why).ok());
+    ASSERT_TRUE(SendAndAccept(s, o, id, 1, 0).ok());
   }
   EXPECT_EQ(s.Stranded(1, 2, alive), "");  // b, alive, may still push
   EXPECT_EQ(s.Stranded(1, 1, alive), "async");
@@ -179,18 +182,11 @@ TEST(AsyncSchedulerTest, AStepIsStrandedWhenNoAliveClientCanAddAnUpdate) {
 TEST(AsyncSchedulerTest, AnAbandonedStepsClientsMayPushItsRoundAgain) {
   AsyncScheduler s(Buffered(2));
   Opening o = s.Open({}, nullptr, nullptr, 0, t0);
-  Rejection why;
-  Send(s, o, "a");
-  auto ticket = s.Admit(Header("a", 1), Handle(), 0, &why);
-  ASSERT_TRUE(ticket.ok());
-  ASSERT_TRUE(s.Accept(*ticket, Header("a", 1), 10, 0, t0, &why).ok());
+  ASSERT_TRUE(SendAndAccept(s, o, "a", 1, 0).ok());
   s.Close("abandoned", 0, 2, t0);
   o = s.Open({}, nullptr, nullptr, 0, t0);
   ASSERT_EQ(o.default_task.round, 1);
-  Send(s, o, "a");
-  ticket = s.Admit(Header("a", 1), Handle(), 0, &why);
-  ASSERT_TRUE(ticket.ok()) << ticket.status();
-  auto accepted = s.Accept(*ticket, Header("a", 1), 10, 0, t0, &why);
+  absl::StatusOr<Acceptance> accepted = SendAndAccept(s, o, "a", 1, 0);
   ASSERT_TRUE(accepted.ok()) << accepted.status();
   EXPECT_EQ(accepted->accepted, 1);
 }
