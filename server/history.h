@@ -111,6 +111,8 @@ class History {
   // Records before the run's `first` may be let go of (all of them by
   // default); those from it on are kept, over max_records if need be.
   void AllowEvictionBefore(size_t first);
+  // The mark AllowEvictionBefore set last (the largest size_t: none).
+  size_t evictable_before() const { return evictable_before_; }
   // The bytes of client ids the records hold now.
   size_t id_bytes() const { return id_bytes_; }
 

@@ -163,12 +163,14 @@ RunController::RunController(CoordinatorOptions options, ModelSpec spec,
         "records)",
         run_id_, store_ != nullptr ? store_->dir() : "a saved run",
         v1::Phase_Name(phase_), RoundLocked(), version_, history_.total());
-    // Those the history file holds need not be passed to a save again.
-    records_saved_ = resume->records_on_disk;
   }
-  // A record leaves memory only once a save wrote it (Save moves the mark).
+  // With a store, History's eviction mark is the records a save wrote: a
+  // record leaves memory only once it is on disk (Save moves the mark), and
+  // a snapshot passes only the records from the mark on. Those the history
+  // file of a resumed run holds are on disk already.
   if (store_ != nullptr) {
-    history_.AllowEvictionBefore(static_cast<size_t>(records_saved_));
+    history_.AllowEvictionBefore(
+        static_cast<size_t>(resume.has_value() ? resume->records_on_disk : 0));
   }
   Task initial_task = WaitTaskLocked();
   if (phase_ == v1::PHASE_DONE) initial_task.type = v1::TASK_TYPE_DONE;

@@ -272,8 +272,8 @@ class RunController {
                              Effects* effects)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The run as it is now, for the store: its records from the first one no
-  // save is known to have written (records_saved_), so that what is taken
-  // under the lock does not grow with the run.
+  // save is known to have written (History's eviction mark), so that what is
+  // taken under the lock does not grow with the run.
   SavedRun SnapshotLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Saves `run` to the store (outside the lock), and notes what it wrote.
   absl::Status Save(const SavedRun& run) ABSL_LOCKS_EXCLUDED(mu_);
@@ -337,10 +337,6 @@ class RunController {
   // A resumed private run's charge for a release its crash may have left
   // unrecorded is not on disk yet (SaveResumeCharge).
   bool resume_charge_unsaved_ ABSL_GUARDED_BY(mu_) = false;
-  // The history's records a save wrote, from the first on: a snapshot passes
-  // only those after. (Zero after a resume: its first save passes them all,
-  // as the store may need them for a new history file.)
-  int64_t records_saved_ ABSL_GUARDED_BY(mu_) = 0;
 
   std::thread timer_;
 };

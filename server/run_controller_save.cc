@@ -24,12 +24,12 @@ SavedRun RunController::SnapshotLocked() const {
   s.set_mode(std::string(scheduler_->mode()));
   s.set_strategy(strategy_.name);
   *s.mutable_strategy_config() = strategy_.config;
-  // A handle per record no save is known to have written: the save writes
-  // their bytes, outside the lock.
-  // (None from records_saved_ on has been let go of: History keeps them.)
-  run.records_from =
-      std::min(records_saved_, static_cast<int64_t>(history_.total()));
-  run.records = history_.From(static_cast<size_t>(run.records_from));
+  // A handle per record no save is known to have written (from History's
+  // eviction mark on, which History keeps): the save writes their bytes,
+  // outside the lock.
+  const size_t from = std::min(history_.evictable_before(), history_.total());
+  run.records_from = static_cast<int64_t>(from);
+  run.records = history_.From(from);
   if (const std::optional<double> loss = stop_.previous_loss(); loss) {
     s.set_has_previous_train_loss(true);
     s.set_previous_train_loss(*loss);
@@ -51,11 +51,11 @@ SavedRun RunController::SnapshotLocked() const {
 absl::Status RunController::Save(const SavedRun& run) {
   FEDLEARN_RETURN_IF_ERROR(store_->Save(spec_, run));
   absl::MutexLock lock(&mu_);
-  records_saved_ =
-      std::max(records_saved_,
-               run.records_from + static_cast<int64_t>(run.records.size()));
-  // The history file holds them: memory need not.
-  history_.AllowEvictionBefore(static_cast<size_t>(records_saved_));
+  // The history file holds them: memory need not. (Saves may end out of
+  // order: the mark only moves on.)
+  history_.AllowEvictionBefore(
+      std::max(history_.evictable_before(),
+               static_cast<size_t>(run.records_from) + run.records.size()));
   return absl::OkStatus();
 }
 
