@@ -305,8 +305,9 @@ absl::Status Agent::AwaitCoordinator(absl::Duration delay) {
   }
 }
 
-absl::Duration Agent::NextBackoff() {
-  const int failures = failures_++;
+absl::Duration Agent::NextBackoff() { return BackoffAfter(failures_++); }
+
+absl::Duration Agent::BackoffAfter(int failures) {
   return Backoff(failures, options_.initial_backoff, options_.max_backoff,
                  std::uniform_real_distribution<double>(0, 1)(jitter_));
 }
@@ -694,10 +695,7 @@ absl::Status Agent::Push() {
       // update no longer counts). A round that closed meanwhile answers
       // FAILED_PRECONDITION.
       NoteContact(Op::kPush);
-      const absl::Duration delay =
-          Backoff(refusals, options_.initial_backoff, options_.max_backoff,
-                  std::uniform_real_distribution<double>(0, 1)(jitter_));
-      ++refusals;
+      const absl::Duration delay = BackoffAfter(refusals++);
       const bool round_over =
           update.push_deadline != absl::InfiniteFuture() &&
           absl::Now() + delay >= update.push_deadline - kPushGrace;

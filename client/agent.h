@@ -216,7 +216,10 @@ class Agent {
   // came back only every 5s), and returns as soon as a new connection is up.
   // Stop() takes effect within 100 ms (kStopLatency).
   absl::Status AwaitCoordinator(absl::Duration delay);
+  // The jittered backoff after failures_ failures in a row, counting one more.
   absl::Duration NextBackoff();
+  // The jittered backoff after `failures` in a row (common/retry.h).
+  absl::Duration BackoffAfter(int failures);
   // A call got an answer: the coordinator is there.
   void NoteContact(Op op);
   absl::Status Stopped() const;

@@ -316,9 +316,7 @@ class Client:
             # (two clients sharing a session file retire each other) is not
             # hammered: from the second re-join in a row on, a backoff first.
             if self._rejoins_in_a_row > 0:
-                cap = min(self._max_backoff,
-                          0.05 * 2 ** min(self._rejoins_in_a_row, 20))
-                self._sleep(self._rng.uniform(cap / 2, cap))
+                self._sleep(self._backoff_delay(self._rejoins_in_a_row))
             self._rejoins_in_a_row += 1
             self._join()
             return "rejoined"
@@ -361,8 +359,13 @@ class Client:
                 f"{self._address} {state} for {self._reconnect_timeout:.0f} s: "
                 f"{error.message}", error.code)
         self._failures += 1
-        cap = min(self._max_backoff, 0.05 * 2 ** min(self._failures, 20))
-        self._sleep(self._rng.uniform(cap / 2, cap))
+        self._sleep(self._backoff_delay(self._failures))
+
+    def _backoff_delay(self, failures: int) -> float:
+        """The jittered wait after ``failures`` in a row: 50 ms doubled per failure,
+        capped at max_backoff, drawn from its upper half."""
+        cap = min(self._max_backoff, 0.05 * 2 ** min(failures, 20))
+        return self._rng.uniform(cap / 2, cap)
 
     def _sleep(self, seconds: float) -> None:
         if self._stopping.wait(seconds):
@@ -609,8 +612,7 @@ class Client:
                 elif code in not_now:
                     self._succeeded()  # it answered
                     refusals += 1
-                    cap = min(self._max_backoff, 0.05 * 2 ** min(refusals, 20))
-                    delay = self._rng.uniform(cap / 2, cap)
+                    delay = self._backoff_delay(refusals)
                     if refusals >= MAX_REPEATED_ERRORS or (
                             give_up_by is not None
                             and time.monotonic() + delay >= give_up_by):
