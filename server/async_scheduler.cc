@@ -162,6 +162,15 @@ absl::string_view AsyncScheduler::Stranded(
   return in >= alive ? kOutcome : absl::string_view();
 }
 
+void AsyncScheduler::CutBefore(
+    int64_t round, std::map<int64_t, InFlightCalls>* by_round,
+    std::vector<std::shared_ptr<CancelHandle>>* cancel) {
+  for (auto it = by_round->begin(); it != by_round->end() && it->first < round;
+       it = by_round->erase(it)) {
+    for (auto& handle : it->second.Take()) cancel->push_back(std::move(handle));
+  }
+}
+
 Closing AsyncScheduler::Close(absl::string_view outcome, int64_t version,
                               int alive, absl::Time now) {
   open_ = false;
@@ -211,24 +220,11 @@ Closing AsyncScheduler::Close(absl::string_view outcome, int64_t version,
   if (options_.max_staleness > 0) {
     keep_from = std::max(keep_from, next_round - options_.max_staleness);
   }
-  for (auto it = downloads_.begin();
-       it != downloads_.end() && it->first < keep_from;
-       it = downloads_.erase(it)) {
-    for (auto& handle : it->second.Take()) {
-      closing.cancel.push_back(std::move(handle));
-    }
-  }
+  CutBefore(keep_from, &downloads_, &closing.cancel);
   // So do the pushes still uploading an update that could no longer be
   // applied: the next version would find them staler than max_staleness.
   if (options_.max_staleness > 0) {
-    const int64_t applicable_from = next_round - options_.max_staleness;
-    for (auto it = pushes_.begin();
-         it != pushes_.end() && it->first < applicable_from;
-         it = pushes_.erase(it)) {
-      for (auto& handle : it->second.Take()) {
-        closing.cancel.push_back(std::move(handle));
-      }
-    }
+    CutBefore(next_round - options_.max_staleness, &pushes_, &closing.cancel);
   }
   // An abandoned step applied nothing, and the next one is for the same
   // round: its clients' updates may come again (else each would be refused
@@ -273,12 +269,9 @@ void AsyncScheduler::NoteSent(const std::string& client_id, const Task& task,
 std::vector<std::shared_ptr<CancelHandle>> AsyncScheduler::Stop() {
   open_ = false;
   std::vector<std::shared_ptr<CancelHandle>> cancel = in_flight_.Take();
-  for (auto* by_round : {&downloads_, &pushes_}) {
-    for (auto& [round, handles] : *by_round) {
-      for (auto& handle : handles.Take()) cancel.push_back(std::move(handle));
-    }
-    by_round->clear();
-  }
+  const int64_t all = std::numeric_limits<int64_t>::max();
+  CutBefore(all, &downloads_, &cancel);
+  CutBefore(all, &pushes_, &cancel);
   return cancel;
 }
 

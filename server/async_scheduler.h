@@ -106,6 +106,11 @@ class AsyncScheduler final : public Scheduler {
   }
   absl::Status CheckStaleness(const std::string& client_id, int64_t round,
                               int64_t version) const;
+  // Takes the calls of `by_round`'s rounds before `round` into `cancel`, and
+  // forgets those rounds.
+  static void CutBefore(int64_t round,
+                        std::map<int64_t, InFlightCalls>* by_round,
+                        std::vector<std::shared_ptr<CancelHandle>>* cancel);
 
   // One update per client and model version: with a buffer of K > 1 a client
   // whose update is in waits for the next version (Acceptance::
