@@ -542,7 +542,8 @@ std::vector<std::unique_ptr<CoordinatorClient>> Train(CoordinatorServer& server,
 
 class ResumeTest : public ::testing::Test {
  protected:
-  std::unique_ptr<CoordinatorServer> Start(int history_in_memory = 100'000) {
+  std::unique_ptr<CoordinatorServer> Start(
+      int history_in_memory = static_cast<int>(History::kDefaultMaxRecords)) {
     CoordinatorOptions options = SmallRun();
     options.max_rounds = 4;
     options.history_in_memory = history_in_memory;
