@@ -318,10 +318,13 @@ TEST_F(PrivacyServiceTest, TheNoiseDoesNotFollowTheSeed) {
     server_.reset();
   }
   EXPECT_EQ(before[0], before[1]);
+  // Noise that followed the seed would make every coordinate agree. Two
+  // independent draws may still round to the same float now and then (one
+  // coordinate of 199,210 did so in a CI run), so a handful are allowed.
   size_t same = 0;
   for (size_t i = 0; i < after[0].size(); ++i)
     same += after[0][i] == after[1][i];
-  EXPECT_EQ(same, 0u);
+  EXPECT_LT(same, after[0].size() / 1000);
 }
 
 TEST_F(PrivacyServiceTest, AdaptiveClipNormIsRecordedAndSurvivesARestart) {
